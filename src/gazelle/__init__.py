@@ -1,0 +1,3 @@
+"""Gazelle: scalable actor-learner reinforcement learning in PyTorch."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,144 @@
+"""Builds every object of an IMPALA run from a config: envs probe, agent, optimiser,
+learner, shared buffers and params, actors. `impala.train` then only runs the loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from gazelle.backends.local import LocalActors
+from gazelle.config import ConfigError, ImpalaConfig, resolve, validate
+from gazelle.models import Agent
+from gazelle.optim import make_optimizer
+from gazelle.runtime.actor import ActorSpec
+from gazelle.runtime.buffers import SlotLayout, UnrollBuffers
+from gazelle.runtime.learner import Learner, LossSettings
+from gazelle.runtime.params import ParamStore
+from gazelle.types import ObsSpec
+
+CORE_SIZE = 256
+
+
+@dataclasses.dataclass
+class RunSetup:
+    config: ImpalaConfig
+    levels: list[str]
+    obs_spec: ObsSpec
+    action_repeats: int
+    device: torch.device
+    agent: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    learner: Learner
+    buffers: UnrollBuffers
+    params: ParamStore
+    actors: LocalActors
+
+    def scores(self, logger: Any) -> dict[str, float]:
+        """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
+        every level is in a score table and has returns; {} otherwise."""
+        from gazelle.envs import scores
+
+        returns = {level: list(values) for level, values in logger.level_returns().items()}
+        if len(returns) < len(self.levels) or not all(returns.values()):
+            return {}
+        try:
+            no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
+            cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
+        except (KeyError, ValueError):
+            return {}
+        return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device: {name!r} asked for, but CUDA is not available here; "
+                         "allowed: auto | cpu")
+    return device
+
+
+def env_kwargs(config: ImpalaConfig) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if config.num_action_repeats is not None:
+        kwargs["num_action_repeats"] = config.num_action_repeats
+    if config.sticky_actions:
+        kwargs["sticky_actions"] = True
+    if config.life_loss:
+        kwargs["life_loss"] = True
+    return kwargs
+
+
+def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int]:
+    """Levels, observation spec and action repeats, from one env of the first level."""
+    from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec
+
+    try:
+        levels = expand_levels(config.env, test_mode=False)
+        env = make(levels[0], seed=0, **env_kwargs(config))
+    except (ValueError, KeyError, ImportError) as err:
+        raise ConfigError("env", config.env, f"an env gazelle can make ({err})") from err
+    if config.num_actors < len(levels):
+        raise ConfigError("num_actors", config.num_actors,
+                          f"at least {len(levels)}, one actor per level of --env {config.env}")
+    try:
+        spec = obs_spec(env)
+    finally:
+        env.close()
+    repeats = config.num_action_repeats or default_action_repeats(levels[0])
+    return levels, spec, repeats
+
+
+def prepare(config: ImpalaConfig) -> RunSetup:
+    validate(config)
+    levels, spec, repeats = probe(config)
+    config = validate(resolve(config, spec.is_image))
+    assert config.batch_size and config.unroll_length and config.envs_per_actor
+    assert config.learning_rate and config.epsilon is not None
+    assert config.entropy_cost is not None and config.total_frames
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    device = resolve_device(config.device)
+    agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm, core_size=CORE_SIZE)
+    agent.to(device)
+    optimizer = make_optimizer(config.optimizer, agent.parameters(), lr=config.learning_rate,
+                               decay=config.decay, momentum=config.momentum, eps=config.epsilon)
+    settings = LossSettings(config.discounting, config.baseline_cost, config.entropy_cost,
+                            config.reward_clipping, config.grad_norm_clip)
+    learner = Learner(agent, optimizer, settings, device, config.precision)
+    ctx = mp.get_context("spawn")
+    layout = SlotLayout(config.unroll_length, spec, CORE_SIZE if config.use_lstm else 0)
+    slots_per_actor = config.envs_per_actor * config.slots_per_env
+    buffers = UnrollBuffers(layout, config.num_actors, slots_per_actor, ctx)
+    if buffers.num_slots < config.batch_size:
+        raise ValueError(
+            f"--batch-size: {config.batch_size} unrolls per batch, but the actors hold only "
+            f"{buffers.num_slots} (num_actors x envs_per_actor x slots_per_env); allowed: at "
+            f"most {buffers.num_slots}, or raise --num-actors / --envs-per-actor"
+        )
+    params = ParamStore(agent, ctx)
+    specs = [
+        ActorSpec(
+            actor_id=i,
+            level=levels[i % len(levels)],  # round-robin over levels, as the seed
+            level_id=i % len(levels),
+            envs_per_actor=config.envs_per_actor,
+            unroll_length=config.unroll_length,
+            obs_spec=spec,
+            torso=config.model,
+            use_lstm=config.use_lstm,
+            seed=config.seed * 1_000_003 + 1000 * i,
+            env_kwargs=env_kwargs(config),
+        )
+        for i in range(config.num_actors)
+    ]
+    actors = LocalActors(specs, buffers, params, ctx)
+    return RunSetup(config, levels, spec, repeats, device, agent, optimizer, learner, buffers,
+                    params, actors)

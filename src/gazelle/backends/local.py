@@ -1,0 +1,114 @@
+"""Local backend: actors as processes on this machine, supervised and restarted on death.
+
+The actor code is `gazelle.runtime.actor`; this module only starts, watches and stops the
+processes. Processes start with `spawn` (never a bare fork of a process that already runs
+torch threads: a known source of silent deadlocks), so the same code runs on macOS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import time
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from gazelle.runtime.actor import ActorSpec, actor_process
+from gazelle.runtime.buffers import UnrollBuffers
+from gazelle.runtime.params import ParamStore
+
+#: Seed offset per restart, so a restarted actor does not replay the same episodes.
+RESTART_SEED_STRIDE = 100_003
+
+
+class LocalActors:
+    """Starts one process per `ActorSpec`; `poll()` restarts the dead ones."""
+
+    def __init__(
+        self,
+        specs: list[ActorSpec],
+        buffers: UnrollBuffers,
+        params: ParamStore,
+        ctx: Any | None = None,
+        max_restarts: int = 100,
+    ) -> None:
+        self.ctx = ctx or mp.get_context("spawn")
+        self.specs = list(specs)
+        self.buffers, self.params = buffers, params
+        self.stop_event = self.ctx.Event()
+        # why: bounded; actors drop events rather than block when nobody reads them.
+        self.events = self.ctx.Queue(maxsize=1000)
+        self.processes: list[Any] = [None] * len(self.specs)
+        self.restarts = [0] * len(self.specs)
+        self.max_restarts = max_restarts
+        self.dropped_slots = 0
+
+    def _start(self, index: int) -> None:
+        spec = self.specs[index]
+        if self.restarts[index]:
+            spec = dataclasses.replace(
+                spec, seed=spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
+            )
+        process = self.ctx.Process(
+            target=actor_process,
+            args=(spec, self.buffers, self.params, self.stop_event, self.events),
+            name=f"gazelle-actor-{spec.actor_id}",
+            daemon=True,
+        )
+        process.start()
+        self.processes[index] = process
+
+    def start(self) -> None:
+        for index in range(len(self.specs)):
+            self._start(index)
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Restart dead actors; return the events (crashes, restarts, env errors) since last."""
+        events: list[dict[str, Any]] = []
+        while True:
+            try:
+                events.append(self.events.get_nowait())
+            except (queue.Empty, OSError, EOFError):
+                break
+        if self.stop_event.is_set():
+            return events
+        for index, process in enumerate(self.processes):
+            if process is None or process.is_alive():
+                continue
+            actor_id = self.specs[index].actor_id
+            # why: free the dead actor's half-written slots before its successor starts
+            # writing to the same slots; nothing it wrote half is ever handed to the learner.
+            dropped = self.buffers.release_actor(actor_id)
+            self.dropped_slots += dropped
+            self.restarts[index] += 1
+            events.append({"type": "actor_restart", "actor": actor_id,
+                           "exitcode": process.exitcode, "dropped_slots": dropped,
+                           "restarts": self.restarts[index]})
+            if self.restarts[index] > self.max_restarts:
+                raise RuntimeError(
+                    f"actor {actor_id} died {self.restarts[index]} times (last exit code "
+                    f"{process.exitcode}); giving up. See the actor_crash events in the log."
+                )
+            self._start(index)
+        return events
+
+    def alive(self) -> int:
+        return sum(1 for p in self.processes if p is not None and p.is_alive())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask actors to stop, then terminate whoever did not."""
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            if process is not None:
+                process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process is not None and process.is_alive():
+                process.terminate()
+                process.join(timeout=2.0)
+            if process is not None and process.is_alive():
+                process.kill()
+                process.join(timeout=2.0)
+        self.events.close()
+        self.events.join_thread()

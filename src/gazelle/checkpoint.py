@@ -1,0 +1,175 @@
+"""Checkpoints: atomic save, safe load (``weights_only=True``), and RNG state.
+
+``save`` writes to a temporary file in the target's directory, flushes and fsyncs it, then
+``os.replace``-s it onto the target: a crash at any moment leaves either the old checkpoint
+or the new one in place, never a torn file. With ``keep_previous=True`` (the default) the
+checkpoint being replaced stays available as ``<path>.prev`` (a guard against a checkpoint
+that saved fine but holds a bad state, e.g. after a divergence); it costs one more file.
+
+``load`` uses ``torch.load(weights_only=True)``: only tensors, containers of them and plain
+Python scalars/strings load, never arbitrary pickled objects. ``rng_state`` captures the
+Python, NumPy (global) and torch RNGs in that form, and ``set_rng_state`` restores them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "load",
+    "previous_path",
+    "rng_state",
+    "save",
+    "set_rng_state",
+]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be read (corrupt, truncated or holding unsafe objects)."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """The checkpoint file does not exist."""
+
+
+def previous_path(path: str | Path) -> Path:
+    """Where ``save(path, ..., keep_previous=True)`` keeps the checkpoint it replaced."""
+    path = Path(path)
+    return path.with_name(path.name + ".prev")
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where dirs can't be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = True) -> None:
+    """Atomically write ``state`` (tensors, containers, plain scalars) to ``path``.
+
+    Args:
+        path: the checkpoint file; its directory is created if missing.
+        state: e.g. ``{"model": model.state_dict(), "optimizer": opt.state_dict(),
+            "frames": 123, "rng": rng_state()}``. Keep it to what ``weights_only`` loads.
+        keep_previous: first move an existing checkpoint to ``<path>.prev``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(dict(state), f)
+            f.flush()
+            os.fsync(f.fileno())  # why: the data must be on disk before the rename is
+        if keep_previous and path.exists():
+            # why: a hard link keeps `path` in place until the final replace, so there is no
+            # moment without a good checkpoint at `path`.
+            prev_tmp = path.with_name(f".{path.name}.prev.tmp")
+            with contextlib.suppress(FileNotFoundError):
+                prev_tmp.unlink()
+            try:
+                os.link(path, prev_tmp)
+            except OSError:  # no hard links on this filesystem: copy instead
+                prev_tmp.write_bytes(path.read_bytes())
+            os.replace(prev_tmp, previous_path(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def load(path: str | Path, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by ``save`` (``weights_only=True``).
+
+    Raises:
+        CheckpointNotFoundError: no file at ``path`` (also a ``FileNotFoundError``).
+        CheckpointError: the file is truncated, corrupt, or holds objects other than
+            tensors, containers and plain scalars; the message names the path.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(
+            f"cannot load checkpoint {path} (corrupt, truncated, or not a weights-only "
+            f"checkpoint): {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(state).__name__}, not a dict")
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    """The Python, NumPy (global) and torch CPU/CUDA RNG states, loadable by ``weights_only``.
+
+    Returns:
+        ``{"python": {...}, "numpy": {...}, "torch": ByteTensor, "cuda": [ByteTensor]}``
+        holding only tensors, lists, ints, floats, strings and None.
+    """
+    py_version, py_internal, py_gauss = random.getstate()
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)  # noqa: NPY002
+    return {
+        "python": {
+            "version": int(py_version),
+            # 625 uint32 words: int64 holds them exactly.
+            "state": torch.tensor(py_internal, dtype=torch.int64),
+            "gauss_next": py_gauss,
+        },
+        "numpy": {
+            "kind": str(np_kind),
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore the RNGs from ``rng_state()``; the next draws equal those after the capture.
+
+    CUDA states are restored only when CUDA is available with the same number of devices
+    (a checkpoint taken on a GPU machine still resumes on a CPU one).
+    """
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state(  # noqa: NPY002 (the global RNG is what we restore)
+        (
+            npy["kind"],
+            npy["keys"].numpy().astype(np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda])

@@ -1,0 +1,225 @@
+"""Typed, frozen configuration, validated once at the edge.
+
+Every hyperparameter of a run lives here, with a docstring per field. Fields left `None` are
+filled by `resolve()` from the environment family's preset (the IMPALA seed's defaults for
+DMLab, the IMPALA paper's Atari settings, a tuned small setting for vector tasks), so that
+`gazelle train` with no flags runs something that learns. `validate()` raises `ConfigError`
+naming the flag, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+TORSO_CHOICES = ("auto", "deep", "shallow", "nature", "universe", "mlp")
+REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
+PRECISION_CHOICES = ("fp32", "bf16")
+INFERENCE_CHOICES = ("local", "central")
+OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; `str(err)` is one line naming the flag."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name, self.value, self.allowed = name, value, allowed
+        flag = "--" + name.replace("_", "-")
+        super().__init__(f"{flag}: invalid value {value!r}; allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """Everything a training run needs. Flags of `gazelle train` map 1:1 onto fields."""
+
+    # --- environment ---
+    env: str = "CartPole-v1"
+    """Gymnasium id, a comma-separated list (multi-task), or `dmlab30`."""
+    num_action_repeats: int | None = None
+    """Env frames per agent step (Atari frame skip); None: the env family's default."""
+    sticky_actions: bool = False
+    """Atari: repeat the previous action with probability 0.25 (revisited ALE protocol)."""
+    life_loss: bool = False
+    """Atari: treat a lost life as the end of an episode for the loss (not for the logs)."""
+    # --- model ---
+    model: str = "auto"
+    """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors, else deep."""
+    use_lstm: bool = True
+    """LSTM core (256) after the torso; off gives a feed-forward agent."""
+    # --- actors ---
+    num_actors: int = 2
+    """Actor processes (the seed's default is 4 on a big machine; 2 suits a laptop)."""
+    envs_per_actor: int | None = None
+    """Envs each actor steps, with their inference batched."""
+    inference: str = "local"
+    """local: each actor runs its own batched inference; central: dynamic batching server."""
+    # --- learner ---
+    batch_size: int | None = None
+    """Unrolls per learner batch (seed: 2 on DMLab)."""
+    unroll_length: int | None = None
+    """Agent steps per unroll, T (seed: 100)."""
+    total_frames: int | None = None
+    """Env frames to train for (agent steps x action repeats)."""
+    learning_rate: float | None = None
+    """Initial learning rate, decayed linearly to 0 over total_frames (seed: 0.00048)."""
+    decay: float = 0.99
+    """RMSProp decay (seed: 0.99)."""
+    momentum: float = 0.0
+    """RMSProp momentum (seed: 0)."""
+    epsilon: float | None = None
+    """RMSProp epsilon (seed: 0.1)."""
+    optimizer: str = "rmsprop_tf"
+    """rmsprop_tf: TensorFlow's RMSProp as in the seed (eps inside the sqrt); rmsprop: torch's."""
+    entropy_cost: float | None = None
+    """Weight of the entropy term (seed: 0.00025)."""
+    baseline_cost: float = 0.5
+    """Weight of the baseline loss (seed: 0.5)."""
+    discounting: float = 0.99
+    """Discount factor gamma (seed: 0.99)."""
+    reward_clipping: str = "abs_one"
+    """abs_one | soft_asymmetric | none (seed: abs_one)."""
+    grad_norm_clip: float | None = 40.0
+    """Clip the global gradient norm; None for no clipping (the seed does not clip)."""
+    max_policy_lag: int | None = None
+    """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
+    precision: str = "fp32"
+    """Learner precision: fp32 or bf16 (autocast)."""
+    # --- run ---
+    logdir: str = "runs/default"
+    """Where checkpoints, TensorBoard events and progress.jsonl go."""
+    seed: int = 1
+    """Seed of the learner; actor i seeds its envs from seed and i."""
+    device: str = "auto"
+    """Learner device: auto (cuda if present), cpu, cuda, cuda:N."""
+    resume: bool = True
+    """Continue from logdir's checkpoint when it exists (with the same config)."""
+    checkpoint_interval_s: float = 600.0
+    """Seconds between checkpoints (the seed: 600)."""
+    log_interval_s: float = 5.0
+    """Seconds between progress rows and TensorBoard scalars."""
+    slots_per_env: int = 2
+    """Unroll slots per env in shared memory: more buffering, more policy lag."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ImpalaConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Small vector tasks (CartPole, diagnostics): tuned to learn in a couple of CPU minutes.
+    "vector": dict(
+        envs_per_actor=8,
+        batch_size=16,
+        unroll_length=20,
+        total_frames=400_000,
+        learning_rate=0.002,
+        epsilon=0.01,
+        entropy_cost=0.01,
+    ),
+    # Atari: the IMPALA paper's Atari settings (Table G.1), with the seed's optimiser.
+    "atari": dict(
+        envs_per_actor=8,
+        batch_size=32,
+        unroll_length=20,
+        total_frames=50_000_000,
+        learning_rate=0.0006,
+        epsilon=0.01,
+        entropy_cost=0.01,
+    ),
+    # DMLab: the IMPALA seed's defaults.
+    "dmlab": dict(
+        envs_per_actor=1,
+        batch_size=2,
+        unroll_length=100,
+        total_frames=1_000_000_000,
+        learning_rate=0.00048,
+        epsilon=0.1,
+        entropy_cost=0.00025,
+    ),
+    # Other image tasks (BabyAI, MiniGrid, instruction diagnostics).
+    "image": dict(
+        envs_per_actor=8,
+        batch_size=16,
+        unroll_length=20,
+        total_frames=5_000_000,
+        learning_rate=0.0006,
+        epsilon=0.01,
+        entropy_cost=0.01,
+    ),
+}
+
+
+def env_family(env: str, frame_is_image: bool) -> str:
+    """Preset name for an env spec: atari, dmlab, image or vector."""
+    first = env.split(",")[0].strip()
+    if first == "dmlab30" or first.startswith("dmlab:"):
+        return "dmlab"
+    if first.startswith("ALE/"):
+        return "atari"
+    return "image" if frame_is_image else "vector"
+
+
+def resolve(config: ImpalaConfig, frame_is_image: bool) -> ImpalaConfig:
+    """Fill the fields left None from the env family's preset; pick the torso for `auto`."""
+    preset = PRESETS[env_family(config.env, frame_is_image)]
+    updates = {k: v for k, v in preset.items() if getattr(config, k) is None}
+    if config.model == "auto":
+        updates["model"] = "deep" if frame_is_image else "mlp"
+    return replace(config, **updates)
+
+
+def validate(config: ImpalaConfig) -> ImpalaConfig:
+    """Check every field; raise `ConfigError` naming the first bad flag. Returns config."""
+
+    def choice(name: str, allowed: tuple[str, ...]) -> None:
+        if getattr(config, name) not in allowed:
+            raise ConfigError(name, getattr(config, name), " | ".join(allowed))
+
+    def positive(name: str, integer: bool = True, allow_none: bool = False) -> None:
+        value = getattr(config, name)
+        if value is None and allow_none:
+            return
+        kind = int if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+            raise ConfigError(name, value, "a positive " + ("integer" if integer else "number"))
+
+    def in_range(name: str, low: float, high: float) -> None:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(name, value, f"a number in [{low}, {high}]")
+        if not low <= value <= high:
+            raise ConfigError(name, value, f"a number in [{low}, {high}]")
+
+    if not isinstance(config.env, str) or not config.env.strip():
+        raise ConfigError("env", config.env, "a Gymnasium id, a comma-separated list, or dmlab30")
+    choice("model", TORSO_CHOICES)
+    choice("reward_clipping", REWARD_CLIPPING_CHOICES)
+    choice("precision", PRECISION_CHOICES)
+    choice("inference", INFERENCE_CHOICES)
+    choice("optimizer", OPTIMIZER_CHOICES)
+    for name in ("num_actors", "slots_per_env"):
+        positive(name)
+    for name in ("num_action_repeats", "envs_per_actor", "batch_size", "unroll_length"):
+        positive(name, allow_none=True)
+    positive("total_frames", allow_none=True)
+    for name in ("learning_rate", "epsilon"):
+        positive(name, integer=False, allow_none=True)
+    positive("checkpoint_interval_s", integer=False)
+    positive("log_interval_s", integer=False)
+    positive("grad_norm_clip", integer=False, allow_none=True)
+    positive("max_policy_lag", allow_none=True)
+    in_range("decay", 0.0, 1.0)
+    in_range("momentum", 0.0, 1.0)
+    in_range("discounting", 0.0, 1.0)
+    in_range("baseline_cost", 0.0, 1e6)
+    if config.entropy_cost is not None:
+        in_range("entropy_cost", 0.0, 1e6)
+    dev = config.device
+    if not (dev in ("auto", "cpu", "cuda") or dev.startswith("cuda:") or dev == "mps"):
+        raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
+    return config

@@ -1,0 +1,174 @@
+"""Adapt any Gymnasium env to gazelle's observation and action contract.
+
+Observations become a dict `{"frame": ..., "instruction"?: str}`: image Boxes (uint8, rank 2
+or 3, Gymnasium's `[H, W, C]` layout) become uint8 `[C, H, W]`; every other supported space
+becomes a float32 vector `[D]`. Actions become `Discrete(n)` indices `0..n-1`, mapped to the
+env's native action inside (the seed's `action_set`).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable
+from typing import Any, SupportsFloat
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from gazelle.types import FRAME, INSTRUCTION
+
+#: Longest instruction text accepted by the `instruction` space.
+MAX_INSTRUCTION_CHARS = 1024
+#: Largest MultiDiscrete action product flattened into one Discrete set.
+MAX_FLAT_ACTIONS = 4096
+
+Obs = dict[str, Any]
+
+
+def instruction_space() -> spaces.Text:
+    """The `instruction` space: printable text, possibly empty."""
+    return spaces.Text(MAX_INSTRUCTION_CHARS, min_length=0, charset=string.printable)
+
+
+def _is_contract_dict(space: spaces.Space) -> bool:
+    if not isinstance(space, spaces.Dict) or FRAME not in space.spaces:
+        return False
+    frame = space.spaces[FRAME]
+    extra = set(space.spaces) - {FRAME, INSTRUCTION}
+    if extra or not isinstance(frame, spaces.Box):
+        return False
+    image = frame.dtype == np.uint8 and len(frame.shape) == 3
+    vector = frame.dtype == np.float32 and len(frame.shape) == 1
+    return image or vector
+
+
+def frame_converter(space: spaces.Space) -> tuple[spaces.Box, Callable[[Any], np.ndarray]]:
+    """Return the `frame` Box for a native observation space and a function converting to it.
+
+    Raises:
+        ValueError: the space is not a Box, Discrete, MultiDiscrete or MultiBinary.
+    """
+    if isinstance(space, spaces.Box):
+        if space.dtype == np.uint8 and len(space.shape) == 3:
+            h, w, c = space.shape
+            box = spaces.Box(0, 255, (c, h, w), np.uint8)
+            return box, lambda o: np.ascontiguousarray(np.transpose(o, (2, 0, 1)))
+        if space.dtype == np.uint8 and len(space.shape) == 2:
+            box = spaces.Box(0, 255, (1, *space.shape), np.uint8)
+            return box, lambda o: np.asarray(o, np.uint8)[None]
+        size = int(np.prod(space.shape))
+        box = spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        return box, lambda o: np.asarray(o, np.float32).reshape(size)
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+        eye = np.eye(n, dtype=np.float32)
+        return spaces.Box(0.0, 1.0, (n,), np.float32), lambda o: eye[int(o) - start].copy()
+    if isinstance(space, spaces.MultiBinary):
+        size = int(np.prod(space.shape))
+        box = spaces.Box(0.0, 1.0, (size,), np.float32)
+        return box, lambda o: np.asarray(o, np.float32).reshape(size)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = space.nvec.reshape(-1).astype(np.int64)
+        # why: offsets place each component's one-hot block after the previous ones.
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        total = int(nvec.sum())
+
+        def one_hot(o: Any) -> np.ndarray:
+            out = np.zeros(total, np.float32)
+            out[offsets + (np.asarray(o).reshape(-1) - space.start.reshape(-1))] = 1.0
+            return out
+
+        return spaces.Box(0.0, 1.0, (total,), np.float32), one_hot
+    raise ValueError(
+        f"unsupported observation space {space}: gazelle takes Box, Discrete, MultiDiscrete, "
+        "MultiBinary, or a Dict with a 'frame' Box (and optionally 'instruction' Text)"
+    )
+
+
+def action_mapper(space: spaces.Space) -> tuple[int, Callable[[int], Any]]:
+    """Return the number of discrete actions and the index -> native action function.
+
+    Raises:
+        ValueError: the space is continuous (Box) or otherwise not discrete.
+    """
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return int(space.n), lambda i: start + i
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = tuple(int(n) for n in space.nvec.reshape(-1))
+        total = int(np.prod(nvec))
+        if total > MAX_FLAT_ACTIONS:
+            raise ValueError(f"action space {space} has {total} combinations (> {MAX_FLAT_ACTIONS})")
+        starts = space.start.reshape(-1)
+        shape = space.nvec.shape
+
+        def native(i: int) -> np.ndarray:
+            return (np.array(np.unravel_index(i, nvec)) + starts).reshape(shape)
+
+        return total, native
+    raise ValueError(
+        f"unsupported action space {space}: gazelle's agents choose one of n discrete actions; "
+        "wrap the env to discretise it (for example a fixed set of Box actions)"
+    )
+
+
+class GymAdapter(gymnasium.Wrapper):
+    """Wrap a Gymnasium env into gazelle's obs dict and Discrete action contract.
+
+    Args:
+        env: any Gymnasium env.
+        num_action_repeats: each agent action is applied this many times (rewards summed,
+            stopping early at an episode end).
+        seed: used by the first `reset()` that is given no seed.
+        convert: optional `(space, fn)` replacing the default observation conversion; `fn`
+            maps a native observation to the obs dict.
+
+    `info["game_over"]` is set on every step (True when the episode ended), unless the
+    wrapped env sets it itself.
+    """
+
+    def __init__(
+        self,
+        env: gymnasium.Env,
+        *,
+        num_action_repeats: int = 1,
+        seed: int | None = None,
+        convert: tuple[spaces.Dict, Callable[[Any], Obs]] | None = None,
+    ) -> None:
+        super().__init__(env)
+        if num_action_repeats < 1:
+            raise ValueError(f"num_action_repeats must be >= 1, got {num_action_repeats}")
+        self._repeats = num_action_repeats
+        self._pending_seed = seed
+        if convert is not None:
+            obs_space, self._convert = convert
+        elif _is_contract_dict(env.observation_space):
+            obs_space = env.observation_space
+            self._convert = dict
+        else:
+            box, frame_fn = frame_converter(env.observation_space)
+            obs_space = spaces.Dict({FRAME: box})
+            self._convert = lambda o: {FRAME: frame_fn(o)}
+        self.observation_space = obs_space
+        n, self._native = action_mapper(env.action_space)
+        self.action_space = spaces.Discrete(n)
+        if seed is not None:
+            self.action_space.seed(seed)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is None:
+            seed, self._pending_seed = self._pending_seed, None
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._convert(obs), info
+
+    def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
+        native = self._native(int(action))
+        total = 0.0
+        for _ in range(self._repeats):
+            obs, reward, terminated, truncated, info = self.env.step(native)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        info.setdefault("game_over", bool(terminated or truncated))
+        return self._convert(obs), total, bool(terminated), bool(truncated), info

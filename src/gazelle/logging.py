@@ -1,0 +1,311 @@
+"""Run logging: TensorBoard scalars, a JSONL progress file, a live console line, timings.
+
+Metric names are used verbatim and are the caller's to keep stable and namespaced
+(``losses/total``, ``charts/fps``, ``timing/env``). Episode returns follow the IMPALA seed:
+``{level}/episode_return`` and ``{level}/episode_frames``, plus ``charts/episode_return``.
+Tensors are ``.item()``-ed here, once, when logged: keep calls off the hot path.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging as std_logging  # why: this module shadows the name inside the package only
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+
+__all__ = ["RunLogger", "Timings", "format_count", "format_duration"]
+
+_log = std_logging.getLogger("gazelle")
+
+#: Episodes kept per level (and overall) for ``recent_return``.
+RETURN_WINDOW = 100
+PROGRESS_FILE = "progress.jsonl"
+
+
+def _to_float(value: float | int | torch.Tensor | np.generic) -> float:
+    """A Python float from a number, numpy scalar or one-element tensor (synchronises)."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().item())
+    return float(value)
+
+
+def _json_number(value: float) -> float | None:
+    """``value``, or None when it is NaN or infinite (not valid JSON)."""
+    return value if math.isfinite(value) else None
+
+
+def format_count(n: float) -> str:
+    """Human-readable count: ``950``, ``12.3K``, ``1.2M``, ``4.0G``."""
+    for threshold, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= threshold:
+            return f"{n / threshold:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def format_duration(seconds: float) -> str:
+    """``h:mm:ss`` (with a ``Nd`` prefix beyond a day); ``?`` when unknown or infinite."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{days}d {clock}" if days else clock
+
+
+class RunLogger:
+    """Logs one training run to ``logdir``: TensorBoard events, ``progress.jsonl``, console.
+
+    Args:
+        logdir: directory of the run; created if missing.
+        total_frames: the run's frame budget, for the console's time-left estimate.
+        tensorboard: write TensorBoard event files (``scalars``/``histogram``/``episode``).
+        console: write the live console line (``console_line``).
+        console_interval_s: minimum seconds between console lines when the stream is not a
+            TTY (a log file); on a TTY the line is rewritten in place on every call.
+        stream: where the console line goes.
+        resume_frames: when resuming from a checkpoint taken at this many frames: TensorBoard
+            events logged after it by the earlier run are purged, rows of ``progress.jsonl``
+            with more frames are dropped, and ``time`` continues from the last row kept.
+    """
+
+    def __init__(
+        self,
+        logdir: str | Path,
+        *,
+        total_frames: int | None = None,
+        tensorboard: bool = True,
+        console: bool = True,
+        console_interval_s: float = 5.0,
+        stream: IO[str] = sys.stdout,
+        resume_frames: int | None = None,
+    ) -> None:
+        self.logdir = Path(logdir)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self.total_frames = total_frames
+        self._console = console
+        self._console_interval_s = console_interval_s
+        self._stream = stream
+        self._is_tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._start = time.monotonic()
+        self._time_offset = 0.0
+        self._last_console = -math.inf
+        self._line_open = False  # a TTY line without its newline yet
+        self._line_width = 0
+        self._returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
+        self._level_returns: dict[str, collections.deque[float]] = {}
+        self.progress_path = self.logdir / PROGRESS_FILE
+        if resume_frames is not None:
+            self._time_offset = self._truncate_progress(resume_frames)
+        self._writer: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # slow import: only if used
+
+            # why: purge_step makes TensorBoard drop the earlier run's events logged after
+            # the checkpoint, so the resumed curves do not double back.
+            purge = None if resume_frames is None else resume_frames + 1
+            self._writer = SummaryWriter(str(self.logdir), purge_step=purge, flush_secs=30)
+        # Append mode: a resumed run continues the same file (binary, to read its last byte).
+        self._progress = open(self.progress_path, "ab+")  # noqa: SIM115
+        end = self._progress.seek(0, os.SEEK_END)
+        self._progress.seek(max(end - 1, 0))  # writes still go to the end ("a" mode)
+        if end and self._progress.read(1) != b"\n":
+            self._progress.write(b"\n")  # why: a row torn by a crash must not swallow ours
+
+    def scalars(self, metrics: Mapping[str, float | torch.Tensor], frames: int) -> None:
+        """Write each metric as a TensorBoard scalar at ``step=frames``; names verbatim."""
+        if self._writer is not None:
+            for name, value in metrics.items():
+                self._writer.add_scalar(name, _to_float(value), global_step=frames)
+
+    def histogram(self, tag: str, values: np.ndarray | torch.Tensor, frames: int) -> None:
+        """Write a TensorBoard histogram of ``values`` (any shape) at ``step=frames``."""
+        flat = torch.as_tensor(values).detach().cpu().reshape(-1)
+        if self._writer is not None and flat.numel():  # an empty one is an error in TensorBoard
+            self._writer.add_histogram(tag, flat, global_step=frames)
+
+    def episode(self, level: str, episode_return: float, episode_frames: int, frames: int) -> None:
+        """Record a finished episode of ``level`` (TensorBoard, and the recent-return window).
+
+        Args:
+            level: level or task name (the TensorBoard tag prefix).
+            episode_return: the episode's undiscounted return.
+            episode_frames: its length in environment frames (steps * action repeats).
+            frames: the run's frame count now (the TensorBoard step).
+        """
+        episode_return = _to_float(episode_return)
+        self._returns.append(episode_return)
+        window = self._level_returns.setdefault(level, collections.deque(maxlen=RETURN_WINDOW))
+        window.append(episode_return)
+        _log.debug("Level: %s Episode return: %f", level, episode_return)
+        if self._writer is not None:
+            self._writer.add_scalar(f"{level}/episode_return", episode_return, frames)
+            self._writer.add_scalar(f"{level}/episode_frames", episode_frames, frames)
+            self._writer.add_scalar("charts/episode_return", episode_return, frames)
+
+    def recent_return(self, level: str | None = None) -> float | None:
+        """Mean return of the last ``RETURN_WINDOW`` episodes (of ``level``); None if none."""
+        window = self._returns if level is None else self._level_returns.get(level)
+        return float(np.mean(window)) if window else None
+
+    def level_returns(self) -> dict[str, list[float]]:
+        """The recent returns of every level seen so far (a copy), oldest first."""
+        return {level: list(window) for level, window in self._level_returns.items()}
+
+    def elapsed(self) -> float:
+        """Seconds of training so far (including those before a resume)."""
+        return self._time_offset + time.monotonic() - self._start
+
+    def progress(
+        self, frames: int, fps: float, extra: Mapping[str, float | torch.Tensor] | None = None
+    ) -> dict[str, Any]:
+        """Append one row to ``progress.jsonl`` and flush it; returns the row.
+
+        The row has ``frames``, ``fps``, ``time`` (seconds of training), ``wall_time``
+        (Unix time), ``episode_return`` (recent mean, None before the first episode),
+        ``episode_return/<level>`` per level, then ``extra``. NaN/inf are written as null.
+        """
+        row: dict[str, Any] = {
+            "frames": int(frames),
+            "fps": _json_number(float(fps)),
+            "time": round(self.elapsed(), 3),
+            "wall_time": round(time.time(), 3),
+            "episode_return": self.recent_return(),
+        }
+        for level in self._level_returns:
+            row[f"episode_return/{level}"] = self.recent_return(level)
+        for name, value in (extra or {}).items():
+            row[name] = _json_number(_to_float(value))
+        self._progress.write(json.dumps(row, allow_nan=False).encode() + b"\n")
+        self._progress.flush()
+        return row
+
+    def _truncate_progress(self, resume_frames: int) -> float:
+        """Drop rows after ``resume_frames`` (atomically); returns the last kept ``time``."""
+        if not self.progress_path.exists():
+            return 0.0
+        kept: list[str] = []
+        last_time = 0.0
+        for line in self.progress_path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from a crash
+            if row.get("frames", 0) <= resume_frames:
+                kept.append(line)
+                last_time = float(row.get("time") or 0.0)
+        tmp = self.progress_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, self.progress_path)
+        return last_time
+
+    def format_line(self, frames: int, fps: float) -> str:
+        """The console line: frames, frames/s, recent return, elapsed, time left."""
+        recent = self.recent_return()
+        parts = [f"frames {format_count(frames)}"]
+        if self.total_frames:
+            parts[0] += f"/{format_count(self.total_frames)}"
+        parts.append(f"{fps:,.0f} fps")
+        parts.append("return " + ("-" if recent is None else f"{recent:.2f}"))
+        parts.append(f"elapsed {format_duration(self.elapsed())}")
+        if self.total_frames:
+            left = (self.total_frames - frames) / fps if fps > 0 else math.inf
+            parts.append(f"left {format_duration(max(left, 0.0))}")
+        return " | ".join(parts)
+
+    def console_line(self, frames: int, fps: float, *, force: bool = False) -> bool:
+        """Show the progress line; returns whether anything was written.
+
+        On a TTY the line is rewritten in place (carriage return) on every call; otherwise
+        a full line is written at most every ``console_interval_s`` (or when ``force``).
+        """
+        if not self._console:
+            return False
+        now = time.monotonic()
+        if not (self._is_tty or force or now - self._last_console >= self._console_interval_s):
+            return False
+        self._last_console = now
+        line = self.format_line(frames, fps)
+        if self._is_tty:
+            padding = " " * max(self._line_width - len(line), 0)  # erase a longer old line
+            self._stream.write("\r" + line + padding)
+            self._line_width = len(line)
+            self._line_open = True
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+        return True
+
+    def flush(self) -> None:
+        """Flush TensorBoard events and the progress file."""
+        if self._writer is not None:
+            self._writer.flush()
+        self._progress.flush()
+
+    def close(self) -> None:
+        """Flush and close the writers; end an open console line with a newline."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if not self._progress.closed:
+            self._progress.close()
+        if self._line_open:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._line_open = False
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Timings:
+    """Per-stage wall-clock timing (``time.perf_counter``), torchbeast-style.
+
+    ``with timings.time("env"): ...`` or ``timings.add("env", seconds)``; ``means()`` gives
+    ``{"timing/env": mean seconds per call}``. Not thread-safe: one instance per thread.
+    """
+
+    def __init__(self) -> None:
+        self._totals: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        """Record one call of stage ``name`` that took ``seconds``."""
+        self._totals[name] = self._totals.get(name, 0.0) + seconds
+        self._counts[name] = self._counts.get(name, 0) + 1
+
+    @contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        """Time the body of the ``with`` block as one call of stage ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def means(self) -> dict[str, float]:
+        """``{"timing/<stage>": mean seconds per call}`` since the last ``reset``."""
+        return {f"timing/{k}": self._totals[k] / self._counts[k] for k in self._totals}
+
+    def counts(self) -> dict[str, int]:
+        """``{"<stage>": number of calls}`` since the last ``reset``."""
+        return dict(self._counts)
+
+    def reset(self) -> None:
+        """Forget everything recorded."""
+        self._totals.clear()
+        self._counts.clear()

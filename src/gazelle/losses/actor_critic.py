@@ -1,0 +1,201 @@
+"""Actor-critic loss terms (IMPALA and A3C seeds) and reward clipping.
+
+Every loss is a *sum* over time and batch, as in both seeds (divide by the number of steps
+outside if a mean is wanted), and returns `(loss, metrics)`. Metric values are detached 0-dim
+tensors on the loss' device, not Python floats, so computing them never forces a GPU sync;
+the logger converts them when it writes. Metric names are stable:
+
+- `losses/policy`, `losses/baseline`, `losses/entropy`: the terms as defined below (the
+  entropy term is `sum p log p`, i.e. minus the entropy), `losses/total`: the weighted sum;
+- `policy/entropy`: the mean per-step entropy of the policy (positive, in nats);
+- `vtrace/pg_advantage_mean` and, given from-logits V-trace output, `vtrace/rho_mean`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gazelle.losses._checks import (
+    require_float,
+    require_int,
+    require_min_dim,
+    require_same_device,
+    require_shape,
+)
+from gazelle.losses.vtrace import VTraceFromLogitsReturns, VTraceReturns, action_log_probs
+
+#: Metric name -> detached 0-dim tensor.
+Metrics = dict[str, torch.Tensor]
+
+#: Allowed `mode`s of `clip_rewards`.
+REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
+
+
+def _check_policy_inputs(fn: str, logits: torch.Tensor, actions: torch.Tensor) -> None:
+    require_float(fn, logits=logits)
+    require_min_dim(fn, "logits", logits, 2, "[T, B, A] (or [T, A])")
+    require_int(fn, actions=actions)
+    require_shape(fn, "actions", actions, logits.shape[:-1], "the logits without actions")
+    require_same_device(fn, logits=logits, actions=actions)
+
+
+def policy_gradient_loss(
+    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
+) -> tuple[torch.Tensor, Metrics]:
+    """`sum_{t,b} -log pi(a_t|x_t) * stop_gradient(A_t)`.
+
+    Its gradient in the logits is `(softmax(logits) - onehot(actions)) * A`.
+
+    Args:
+        logits: policy logits `[T, B, A]` (any `[..., A]`).
+        actions: integer actions `[T, B]`.
+        advantages: `[T, B]`; no gradient flows into them.
+
+    Returns:
+        `(loss, {"losses/policy": ...})`, loss a 0-dim tensor.
+    """
+    fn = "actor_critic.policy_gradient_loss"
+    _check_policy_inputs(fn, logits, actions)
+    require_float(fn, advantages=advantages)
+    require_shape(fn, "advantages", advantages, actions.shape, "the shape of `actions`")
+    cross_entropy = -action_log_probs(logits, actions)
+    loss = torch.sum(cross_entropy * advantages.detach())
+    return loss, {"losses/policy": loss.detach()}
+
+
+def baseline_loss(advantages: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+    """`0.5 * sum_{t,b} A_t^2`, so that `d loss / d V = -(target - V)` for `A = target - V`.
+
+    Args:
+        advantages: `target - values`, `[T, B]` (any shape); the gradient flows through.
+
+    Returns:
+        `(loss, {"losses/baseline": ...})`.
+    """
+    require_float("actor_critic.baseline_loss", advantages=advantages)
+    loss = 0.5 * torch.sum(advantages**2)
+    return loss, {"losses/baseline": loss.detach()}
+
+
+def entropy_loss(logits: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+    """`sum_{t,b} sum_a p_a log p_a` (minus the entropy): minimising it maximises entropy.
+
+    Args:
+        logits: policy logits `[T, B, A]` (any `[..., A]`).
+
+    Returns:
+        `(loss, {"losses/entropy": loss, "policy/entropy": mean per-step entropy})`.
+    """
+    fn = "actor_critic.entropy_loss"
+    require_float(fn, logits=logits)
+    require_min_dim(fn, "logits", logits, 1, "[T, B, A]")
+    log_policy = F.log_softmax(logits, dim=-1)
+    neg_entropy = torch.sum(torch.exp(log_policy) * log_policy, dim=-1)
+    loss = torch.sum(neg_entropy)
+    metrics = {"losses/entropy": loss.detach(), "policy/entropy": -neg_entropy.detach().mean()}
+    return loss, metrics
+
+
+def impala_loss(
+    target_logits: torch.Tensor,
+    actions: torch.Tensor,
+    values: torch.Tensor,
+    vtrace_returns: VTraceReturns | VTraceFromLogitsReturns,
+    *,
+    baseline_cost: float = 0.5,
+    entropy_cost: float = 0.00025,
+) -> tuple[torch.Tensor, Metrics]:
+    """The IMPALA learner's loss: `pg + baseline_cost * baseline + entropy_cost * entropy`.
+
+    Args:
+        target_logits: the learner's policy logits `[T, B, A]`.
+        actions: the actions taken `[T, B]`.
+        values: the learner's baseline `V(x_t)`, `[T, B]`.
+        vtrace_returns: output of `vtrace.from_logits` (or `from_importance_weights`) for
+            these steps: `vs` is the baseline's target, `pg_advantages` weigh the policy term.
+        baseline_cost: weight of the baseline term (seed default 0.5).
+        entropy_cost: weight of the entropy term (seed default 0.00025).
+
+    Returns:
+        `(total, metrics)` with the names listed in this module's docstring.
+    """
+    fn = "actor_critic.impala_loss"
+    require_float(fn, values=values)
+    require_shape(fn, "values", values, actions.shape, "the shape of `actions`")
+    require_shape(fn, "vtrace_returns.vs", vtrace_returns.vs, values.shape, "`values`' shape")
+    pg, pg_metrics = policy_gradient_loss(target_logits, actions, vtrace_returns.pg_advantages)
+    baseline, baseline_metrics = baseline_loss(vtrace_returns.vs.detach() - values)
+    entropy, entropy_metrics = entropy_loss(target_logits)
+    total = pg + baseline_cost * baseline + entropy_cost * entropy
+    metrics = {**pg_metrics, **baseline_metrics, **entropy_metrics, "losses/total": total.detach()}
+    metrics["vtrace/pg_advantage_mean"] = vtrace_returns.pg_advantages.detach().mean()
+    if isinstance(vtrace_returns, VTraceFromLogitsReturns):
+        metrics["vtrace/rho_mean"] = torch.exp(vtrace_returns.log_rhos.detach()).mean()
+    return total, metrics
+
+
+def a3c_loss(
+    logits: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    value_coef: float = 0.5,
+    entropy_coef: float = 0.01,
+) -> tuple[torch.Tensor, Metrics]:
+    """The A3C seed's loss: `pi_loss + value_coef * vf_loss - entropy_coef * entropy`.
+
+    With `vf_loss = 0.5 * sum (V - R)^2` and `entropy = -sum p log p`, i.e. in this module's
+    terms `policy + value_coef * baseline + entropy_coef * entropy_term`.
+
+    Args:
+        logits: policy logits `[T, A]` (one rollout) or `[T, B, A]`.
+        actions: integer actions `[T]` / `[T, B]` (indices; the seed feeds one-hot vectors).
+        advantages: GAE advantages, shaped like `actions`; no gradient flows into them.
+        returns: discounted returns `R`, shaped like `actions`; no gradient flows into them.
+        values: the value estimates `V(x_t)`, shaped like `actions`.
+        value_coef: weight of the value loss (seed: 0.5).
+        entropy_coef: weight of the entropy bonus (seed: 0.01).
+
+    Returns:
+        `(total, metrics)` with the names listed in this module's docstring.
+    """
+    fn = "actor_critic.a3c_loss"
+    _check_policy_inputs(fn, logits, actions)
+    require_float(fn, returns=returns, values=values)
+    require_shape(fn, "returns", returns, actions.shape, "the shape of `actions`")
+    require_shape(fn, "values", values, actions.shape, "the shape of `actions`")
+    pg, pg_metrics = policy_gradient_loss(logits, actions, advantages)
+    value, value_metrics = baseline_loss(values - returns.detach())
+    entropy, entropy_metrics = entropy_loss(logits)
+    total = pg + value_coef * value + entropy_coef * entropy
+    metrics = {**pg_metrics, **value_metrics, **entropy_metrics, "losses/total": total.detach()}
+    return total, metrics
+
+
+def clip_rewards(rewards: torch.Tensor, mode: str) -> torch.Tensor:
+    """Reward clipping of the IMPALA seed.
+
+    Args:
+        rewards: raw rewards, any shape.
+        mode: `abs_one`: clip to [-1, 1]; `soft_asymmetric`: `5 * tanh(r / 5)`, with negative
+            rewards further scaled by 0.3; `none`: unchanged.
+
+    Returns:
+        The clipped rewards, same shape, dtype and device.
+
+    Raises:
+        ValueError: for an unknown `mode`.
+    """
+    if mode == "abs_one":
+        return torch.clamp(rewards, -1.0, 1.0)
+    if mode == "soft_asymmetric":
+        squeezed = torch.tanh(rewards / 5.0)
+        # Negative rewards are weighted less than positive ones.
+        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    if mode == "none":
+        return rewards
+    raise ValueError(
+        f"clip_rewards: unknown mode {mode!r}; allowed: {', '.join(REWARD_CLIPPING_MODES)}"
+    )

@@ -1,0 +1,193 @@
+"""The agent: torso + (instruction encoder) + core + policy and baseline heads.
+
+One object serves the actors (`step`/`act`, one observation per env, `[B, ...]`) and the
+learner (`unroll`, `[T, B, ...]`), with the same weights and the same outputs for the same
+inputs. As in the IMPALA seed, the core input is the concatenation of the torso features,
+the last reward clipped to [-1, 1], the one-hot last action and (for instruction tasks) the
+instruction encoding.
+
+Precision: the torso follows any active autocast (bf16 on the learner); the instruction
+LSTM, the core and the heads always run in float32, so logits, baselines and the state are
+float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gazelle.models.core import LSTMCore
+from gazelle.models.instruction import InstructionEncoder
+from gazelle.models.torsos import make_torso
+from gazelle.types import FRAME, INSTRUCTION, AgentOutput, AgentState, ObsSpec
+
+Obs = dict[str, torch.Tensor]
+
+
+class Agent(nn.Module):
+    """IMPALA-style actor-critic agent.
+
+    Args:
+        obs_spec: observations and actions of the env (`gazelle.envs.obs_spec`).
+        torso: one of `gazelle.models.TORSOS` (deep, shallow, nature, universe, mlp).
+        use_lstm: an LSTM core of `core_size`; if False the heads read the core input
+            directly (feed-forward; the state is `()`).
+        core_size: LSTM units.
+
+    Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
+        obs: `frame` uint8 `[B, C, H, W]` (or float32 `[B, D]`) and, for instruction tasks,
+            `instruction` int64 ids `[B, L]` (`gazelle.models.tokenize`).
+        last_action: int64 `[B]`, the action that led to this observation.
+        reward: float32 `[B]`, the raw reward that came with it (clipped inside).
+        done: bool `[B]`, this observation starts an episode: the state is reset before it.
+        state: `(h, c)` float32 `[B, core_size]` each, or `()`.
+
+    `forward` is `unroll` (so wrappers such as DDP see the learner's call).
+    """
+
+    def __init__(
+        self, obs_spec: ObsSpec, torso: str = "deep", use_lstm: bool = True, core_size: int = 256
+    ):
+        super().__init__()
+        self.obs_spec = obs_spec
+        self.num_actions = obs_spec.num_actions
+        self.torso = make_torso(torso, tuple(obs_spec.frame_shape))
+        self.instruction = InstructionEncoder() if obs_spec.has_instruction else None
+        core_input = self.torso.output_size + 1 + self.num_actions
+        core_input += self.instruction.output_size if self.instruction is not None else 0
+        self.core = LSTMCore(core_input, core_size) if use_lstm else None
+        head_input = core_size if use_lstm else core_input
+        self.policy = nn.Linear(head_input, self.num_actions)
+        self.baseline = nn.Linear(head_input, 1)
+
+    def initial_state(
+        self, batch_size: int, device: torch.device | str | None = None
+    ) -> AgentState:
+        """Zero state `(h, c)`, each float32 `[batch_size, core_size]`; `()` without LSTM.
+
+        `device` defaults to the device of the agent's parameters.
+        """
+        if self.core is None:
+            return ()
+        return self.core.initial_state(batch_size, device)
+
+    def step(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+        greedy: bool = False,
+    ) -> tuple[AgentOutput, AgentState]:
+        """One step for a batch of envs: `[B, ...]` inputs -> (`AgentOutput` `[B, ...]`, state).
+
+        `greedy=True` takes the argmax action instead of sampling from the policy.
+        """
+        self._check(obs, done, time_major=False)
+        # why: a step is an unroll of length 1; add and then drop the time dim.
+        outputs, state = self._forward(
+            {k: v.unsqueeze(0) for k, v in obs.items()},
+            last_action.unsqueeze(0),
+            reward.unsqueeze(0),
+            done.unsqueeze(0),
+            state,
+            greedy=greedy,
+        )
+        return AgentOutput(*(t.squeeze(0) for t in outputs)), state
+
+    def act(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+        greedy: bool = False,
+    ) -> tuple[AgentOutput, AgentState]:
+        """`step` under `torch.inference_mode()`, for acting (no autograd bookkeeping).
+
+        The returned tensors are inference tensors: fine to store or copy into buffers,
+        but `.clone()` them outside inference mode before using them in a graph.
+        """
+        with torch.inference_mode():
+            return self.step(obs, last_action, reward, done, state, greedy=greedy)
+
+    def unroll(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+    ) -> tuple[AgentOutput, AgentState]:
+        """`T` steps: `[T, B, ...]` inputs -> (`AgentOutput` `[T, B, ...]`, state after T-1).
+
+        Equals `T` calls of `step`; the torso sees all `T * B` frames as one batch.
+        """
+        self._check(obs, done, time_major=True)
+        return self._forward(obs, last_action, reward, done, state, greedy=False)
+
+    def forward(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+    ) -> tuple[AgentOutput, AgentState]:
+        """Same as `unroll`."""
+        return self.unroll(obs, last_action, reward, done, state)
+
+    def _check(self, obs: Obs, done: torch.Tensor, time_major: bool) -> None:
+        """Raises ValueError if the inputs do not fit the obs spec."""
+        lead = 2 if time_major else 1
+        frame = obs[FRAME]
+        expected = tuple(self.obs_spec.frame_shape)
+        if done.dim() != lead or tuple(frame.shape[lead:]) != expected:
+            dims = "[T, B, ...]" if time_major else "[B, ...]"
+            raise ValueError(
+                f"expected {dims} inputs with frames of shape {expected}; got frame "
+                f"{tuple(frame.shape)} and done {tuple(done.shape)}"
+            )
+        if self.instruction is not None and INSTRUCTION not in obs:
+            raise ValueError("the obs spec has an instruction but obs has no 'instruction'")
+
+    def _forward(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+        greedy: bool,
+    ) -> tuple[AgentOutput, AgentState]:
+        """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
+        num_steps, batch_size = done.shape
+        features = self.torso(obs[FRAME].flatten(0, 1)).float()  # [T*B, F]
+        clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
+        one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
+        parts = [features, clipped_reward, one_hot_action]
+        if self.instruction is not None:
+            parts.append(self.instruction(obs[INSTRUCTION].flatten(0, 1)))
+        core_input = torch.cat(parts, dim=-1)  # [T*B, I]
+
+        if self.core is not None:
+            core_output, state = self.core(core_input.view(num_steps, batch_size, -1), done, state)
+            core_output = core_output.flatten(0, 1)  # [T*B, H]
+        else:
+            core_output = core_input
+
+        with torch.autocast(core_output.device.type, enabled=False):
+            policy_logits = self.policy(core_output)  # [T*B, A]
+            baseline = self.baseline(core_output).squeeze(-1)  # [T*B]
+        with torch.no_grad():
+            if greedy:
+                action = policy_logits.argmax(dim=-1)
+            else:
+                probs = F.softmax(policy_logits, dim=-1)
+                action = torch.multinomial(probs, num_samples=1).squeeze(-1)
+        outputs = AgentOutput(action, policy_logits, baseline)
+        shaped = AgentOutput(*(t.view(num_steps, batch_size, *t.shape[1:]) for t in outputs))
+        return shaped, state

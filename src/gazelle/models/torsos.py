@@ -1,0 +1,252 @@
+"""Torsos: the networks that turn one frame into a feature vector.
+
+Every torso takes a batch of frames `[N, *frame_shape]` and returns features
+`[N, output_size]`. Image torsos take uint8 `[N, C, H, W]` frames and scale them to [0, 1]
+inside (`/ 255`); the `mlp` torso takes float32 vectors `[N, D]` as they are.
+
+| name       | layers                                                            | output     |
+| ---------- | ----------------------------------------------------------------- | ---------- |
+| `deep`     | IMPALA ResNet: 3 stages (16, 32, 32 ch) of conv 3x3 + max-pool 3x3 | 256        |
+|            | stride 2 + 2 residual blocks; relu, linear 256, relu              |            |
+| `shallow`  | IMPALA shallow: conv 16 8x8 s4, conv 32 4x4 s2, linear 256 (relu) | 256        |
+| `nature`   | DQN: conv 32 8x8 s4, conv 64 4x4 s2, conv 64 3x3 s1, linear 512    | 512        |
+| `universe` | A3C starter agent: 4 x (conv 32 3x3 s2 'same', ELU), flatten       | 32*h*w     |
+| `mlp`      | vectors: linear 64, tanh, linear 64, tanh                          | 64         |
+
+`universe` keeps the starter agent's design: the flattened conv output goes straight to the
+core (no linear layer), so its size follows the frame (288 for its 42x42 frames).
+`mlp` uses tanh, the usual choice for small vector-observation policies.
+
+'same' padding follows TensorFlow (the seeds' framework): output size `ceil(in / stride)`,
+with the odd padding pixel at the bottom/right. `torch`'s symmetric padding gives the same
+sizes but shifts windows by one pixel on even inputs, so the stride-2 layers pad explicitly.
+
+`channels_last` memory format is chosen per torso by measurement (see
+`gazelle.bench.models`): on for the conv-heavy `deep` torso, off for the others.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """TensorFlow 'SAME' padding `(before, after)` of one spatial dim (out = ceil(size/stride))."""
+    out = math.ceil(size / stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def max_pool_same(x: torch.Tensor, kernel: int = 3, stride: int = 2) -> torch.Tensor:
+    """Max-pool with TensorFlow 'SAME' padding: `[N, C, H, W] -> [N, C, ceil(H/s), ceil(W/s)]`.
+
+    Padding is ignored by the max (as in TF). The `before` padding goes to `max_pool2d`; the
+    extra `after` pixel of an uneven split comes from `ceil_mode`, which adds a last window
+    that runs off the bottom/right edge.
+    """
+    (top, bottom), (left, right) = (
+        same_padding(x.shape[-2], kernel, stride),
+        same_padding(x.shape[-1], kernel, stride),
+    )
+    if bottom - top > 1 or right - left > 1:  # not reached for kernel 3, stride 2
+        x = F.pad(x, (left, right, top, bottom), value=-math.inf)
+        return F.max_pool2d(x, kernel, stride)
+    return F.max_pool2d(x, kernel, stride, padding=(top, left), ceil_mode=True)
+
+
+class SameConv2d(nn.Conv2d):
+    """`nn.Conv2d` with TensorFlow 'SAME' padding (zeros), computed from each input's size."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k, s = self.kernel_size[0], self.stride[0]
+        top, bottom = same_padding(x.shape[-2], k, s)
+        left, right = same_padding(x.shape[-1], k, s)
+        if top == bottom and left == right:
+            return F.conv2d(x, self.weight, self.bias, s, (top, left))
+        return super().forward(F.pad(x, (left, right, top, bottom)))
+
+
+class Torso(nn.Module):
+    """Base class: `forward(frames [N, *frame_shape]) -> features [N, output_size]`."""
+
+    #: Whether the torso takes image frames `[C, H, W]` (else vectors `[D]`).
+    is_image: ClassVar[bool] = True
+    #: Whether frames are converted to `channels_last` before the convolutions.
+    channels_last: ClassVar[bool] = False
+
+    output_size: int
+
+    def __init__(self, frame_shape: tuple[int, ...]):
+        super().__init__()
+        self.frame_shape = tuple(frame_shape)
+
+    def _image(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 `[N, C, H, W]` -> float `[N, C, H, W]` in [0, 1] (channels_last if chosen)."""
+        if self.channels_last:
+            # why: converting the uint8 frames is 4x cheaper than converting floats.
+            frames = frames.contiguous(memory_format=torch.channels_last)
+        return frames.float() / 255.0
+
+    def _conv_output_size(self, convs: nn.Module) -> int:
+        """Flattened size of `convs` on one zero frame (run once at construction)."""
+        try:
+            with torch.no_grad():
+                return int(convs(torch.zeros(1, *self.frame_shape)).numel())
+        except RuntimeError as error:
+            raise ValueError(
+                f"frames of shape {self.frame_shape} are too small for the "
+                f"{type(self).__name__} convolutions: {error}"
+            ) from error
+
+
+class ResidualBlock(nn.Module):
+    """`x + conv(relu(conv(relu(x))))` with two 3x3 'same' convs: `[N, C, H, W]` -> same."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class DeepStage(nn.Module):
+    """conv 3x3 -> max-pool 3x3 stride 2 ('same') -> residual blocks: `[N, C, H, W]` ->
+    `[N, channels, ceil(H/2), ceil(W/2)]`."""
+
+    def __init__(self, in_channels: int, channels: int, num_blocks: int = 2):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, channels, 3, padding=1)
+        self.blocks = nn.Sequential(*(ResidualBlock(channels) for _ in range(num_blocks)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(max_pool_same(self.conv(x)))
+
+
+class DeepTorso(Torso):
+    """The IMPALA ResNet ("deep"): uint8 `[N, C, H, W]` -> `[N, 256]`."""
+
+    channels_last = True
+
+    def __init__(self, frame_shape: tuple[int, ...], channels: tuple[int, ...] = (16, 32, 32)):
+        super().__init__(frame_shape)
+        in_channels = [frame_shape[0], *channels[:-1]]
+        self.convs = nn.Sequential(*(DeepStage(i, o) for i, o in zip(in_channels, channels)))
+        self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
+        self.output_size = 256
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.convs(self._image(frames)))
+        return F.relu(self.linear(x.flatten(1)))
+
+
+class ShallowTorso(Torso):
+    """The IMPALA paper's shallow network: uint8 `[N, C, H, W]` -> `[N, 256]`."""
+
+    def __init__(self, frame_shape: tuple[int, ...]):
+        super().__init__(frame_shape)
+        self.convs = nn.Sequential(
+            nn.Conv2d(frame_shape[0], 16, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 4, stride=2),
+            nn.ReLU(),
+        )
+        self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
+        self.output_size = 256
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
+
+
+class NatureTorso(Torso):
+    """The DQN (Nature 2015) network: uint8 `[N, C, H, W]` -> `[N, 512]`."""
+
+    def __init__(self, frame_shape: tuple[int, ...]):
+        super().__init__(frame_shape)
+        self.convs = nn.Sequential(
+            nn.Conv2d(frame_shape[0], 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+        )
+        self.linear = nn.Linear(self._conv_output_size(self.convs), 512)
+        self.output_size = 512
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
+
+
+class UniverseTorso(Torso):
+    """The A3C starter agent's conv stack: uint8 `[N, C, H, W]` -> `[N, 32*h*w]`
+    (`h = ceil(H/16)`, `w = ceil(W/16)`; 288 for 42x42 frames)."""
+
+    def __init__(self, frame_shape: tuple[int, ...], num_layers: int = 4):
+        super().__init__(frame_shape)
+        layers: list[nn.Module] = []
+        for i in range(num_layers):
+            layers += [SameConv2d(frame_shape[0] if i == 0 else 32, 32, 3, 2), nn.ELU()]
+        self.convs = nn.Sequential(*layers)
+        self.output_size = self._conv_output_size(self.convs)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.convs(self._image(frames)).flatten(1)
+
+
+class MLPTorso(Torso):
+    """Two tanh hidden layers of 64 for vector observations: float32 `[N, D]` -> `[N, 64]`."""
+
+    is_image = False
+
+    def __init__(self, frame_shape: tuple[int, ...], hidden: int = 64):
+        super().__init__(frame_shape)
+        self.layers = nn.Sequential(
+            nn.Linear(frame_shape[0], hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
+        )
+        self.output_size = hidden
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return self.layers(frames.float())
+
+
+#: Torso classes by name; each is built as `cls(frame_shape)`.
+TORSOS: dict[str, type[Torso]] = {
+    "deep": DeepTorso,
+    "shallow": ShallowTorso,
+    "nature": NatureTorso,
+    "universe": UniverseTorso,
+    "mlp": MLPTorso,
+}
+
+
+def make_torso(name: str, frame_shape: tuple[int, ...]) -> Torso:
+    """Builds torso `name` for frames of `frame_shape`, checking the two fit together.
+
+    Raises:
+        ValueError: an unknown name, or an image torso for vector frames (or the reverse).
+    """
+    if name not in TORSOS:
+        raise ValueError(f"unknown torso {name!r}; expected one of {sorted(TORSOS)}")
+    cls = TORSOS[name]
+    is_image = len(frame_shape) == 3
+    if cls.is_image and not is_image:
+        raise ValueError(
+            f"torso {name!r} needs image frames [C, H, W], got frame shape {tuple(frame_shape)};"
+            " use torso='mlp' for vector observations"
+        )
+    if not cls.is_image and len(frame_shape) != 1:
+        raise ValueError(
+            f"torso {name!r} needs vector frames [D], got frame shape {tuple(frame_shape)};"
+            " use an image torso (deep, shallow, nature, universe) for images"
+        )
+    return cls(tuple(frame_shape))

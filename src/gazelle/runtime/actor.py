@@ -1,0 +1,221 @@
+"""The actor: steps a batch of envs with the agent and writes unrolls into shared slots.
+
+As in the IMPALA seed's actor, env state, agent (LSTM) state and the last env/agent output
+persist across unrolls: step 0 of each unroll repeats the last step of the previous one.
+The actor knows nothing of transport: it writes into `UnrollBuffers` and reads weights from
+a `ParamStore`, both handed to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gazelle.runtime.buffers import UnrollBuffers
+from gazelle.runtime.params import ParamStore
+from gazelle.types import INSTRUCTION, ObsSpec
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """Everything an actor process needs to build its envs and agent (picklable)."""
+
+    actor_id: int
+    level: str
+    level_id: int
+    envs_per_actor: int
+    unroll_length: int
+    obs_spec: ObsSpec
+    torso: str
+    use_lstm: bool
+    seed: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    instruction_tokens: int = 32
+    slot_timeout_s: float = 600.0
+
+
+def build_agent(spec: ActorSpec) -> torch.nn.Module:
+    from gazelle.models import Agent
+
+    return Agent(spec.obs_spec, torso=spec.torso, use_lstm=spec.use_lstm)
+
+
+def make_env_batch(spec: ActorSpec) -> Any:
+    from gazelle.envs import make
+    from gazelle.envs.vector import SerialEnvs
+
+    fns = [
+        functools.partial(make, spec.level, seed=spec.seed + j, **spec.env_kwargs)
+        for j in range(spec.envs_per_actor)
+    ]
+    return SerialEnvs(fns)
+
+
+class ObsEncoder:
+    """Batched env obs (numpy, instruction text) -> agent obs tensors (token ids)."""
+
+    def __init__(self, instruction_tokens: int) -> None:
+        from gazelle.models import tokenize
+
+        self._tokens = functools.lru_cache(maxsize=4096)(
+            lambda text: torch.from_numpy(tokenize([text], max_tokens=instruction_tokens)[0])
+        )
+
+    def __call__(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        out = {"frame": torch.from_numpy(np.asarray(obs["frame"]))}
+        if INSTRUCTION in obs:
+            out[INSTRUCTION] = torch.stack([self._tokens(text) for text in obs[INSTRUCTION]])
+        return out
+
+
+class Actor:
+    """Runs unrolls forever (until `should_stop()`), one `[T+1]` slot per env per unroll."""
+
+    def __init__(
+        self,
+        spec: ActorSpec,
+        buffers: UnrollBuffers,
+        params: ParamStore,
+        report: Callable[[dict[str, Any]], None] = lambda event: None,
+    ) -> None:
+        self.spec, self.buffers, self.params, self.report = spec, buffers, params, report
+        self.agent = build_agent(spec)
+        self.agent.eval()
+        self.envs = make_env_batch(spec)
+        self.encode = ObsEncoder(spec.instruction_tokens)
+        self.version = -1
+        num_envs = spec.envs_per_actor
+        # The persistent "last step" (index 0 of the next unroll), as in the seed's actor.
+        self.obs = self.encode(self.envs.reset())
+        self.last: dict[str, torch.Tensor] = {
+            "reward": torch.zeros(num_envs),
+            "terminated": torch.zeros(num_envs, dtype=torch.bool),
+            # why: the first obs starts an episode; marking it truncated resets the agent
+            # state (already initial) and keeps the loss from bootstrapping across it.
+            "truncated": torch.zeros(num_envs, dtype=torch.bool),
+            "game_over": torch.zeros(num_envs, dtype=torch.bool),
+            "episode_return": torch.zeros(num_envs),
+            "episode_length": torch.zeros(num_envs, dtype=torch.int64),
+            "truncation_value": torch.zeros(num_envs),
+            "action": torch.zeros(num_envs, dtype=torch.int64),
+            "baseline": torch.zeros(num_envs),
+            "policy_logits": torch.zeros(num_envs, spec.obs_spec.num_actions),
+        }
+        self.state = self.agent.initial_state(num_envs)
+
+    def _write(self, slots: torch.Tensor, t: int) -> None:
+        data = self.buffers.data
+        for name, value in self.last.items():
+            data[name][slots, t] = value
+        for name, value in self.obs.items():
+            data[name][slots, t] = value
+
+    def _truncation_values(self, step: Any, out: Any, reward: torch.Tensor) -> torch.Tensor:
+        """V(last obs) of episodes cut by a time limit (0 elsewhere): the loss bootstraps it."""
+        values = torch.zeros(self.spec.envs_per_actor)
+        cut = [j for j in step.final_obs if step.truncated[j] and not step.terminated[j]]
+        if not cut:
+            return values
+        finals = [step.final_obs[j] for j in cut]
+        obs = {k: np.stack([f[k] for f in finals]) for k in finals[0] if k != INSTRUCTION}
+        if INSTRUCTION in finals[0]:
+            obs[INSTRUCTION] = [f[INSTRUCTION] for f in finals]
+        index = torch.tensor(cut)
+        state = tuple(s.index_select(0, index) for s in self.state)
+        final_out, _ = self.agent.step(
+            self.encode(obs),
+            out.action.index_select(0, index),
+            reward.index_select(0, index),
+            torch.zeros(len(cut), dtype=torch.bool),
+            state,
+        )
+        values[index] = final_out.baseline.float()
+        return values
+
+    @torch.inference_mode()
+    def unroll(self, slot_ids: list[int]) -> None:
+        """Fill the given slots with one unroll of every env."""
+        spec = self.spec
+        slots = torch.tensor(slot_ids)
+        self.version = self.params.pull(self.agent, self.version)
+        self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
+        if self.state:
+            self.buffers.data["state_h"][slots] = self.state[0]
+            self.buffers.data["state_c"][slots] = self.state[1]
+        for t in range(1, spec.unroll_length + 1):
+            done = self.last["terminated"] | self.last["truncated"]
+            out, self.state = self.agent.step(
+                self.obs, self.last["action"], self.last["reward"], done, self.state
+            )
+            step = self.envs.step(out.action.numpy())
+            for index, message in step.errors:
+                self.report({"type": "env_error", "actor": spec.actor_id, "env": index,
+                             "message": message})
+            reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
+            self.last = {
+                "reward": reward,
+                "terminated": torch.from_numpy(np.asarray(step.terminated, dtype=bool)),
+                "truncated": torch.from_numpy(np.asarray(step.truncated, dtype=bool)),
+                "game_over": torch.from_numpy(np.asarray(step.game_over, dtype=bool)),
+                "episode_return": torch.from_numpy(
+                    np.asarray(step.episode_return, dtype=np.float32)
+                ),
+                "episode_length": torch.from_numpy(
+                    np.asarray(step.episode_length, dtype=np.int64)
+                ),
+                "truncation_value": self._truncation_values(step, out, reward),
+                "action": out.action,
+                "baseline": out.baseline.float(),
+                "policy_logits": out.policy_logits.float(),
+            }
+            self.obs = self.encode(step.obs)
+            self._write(slots, t)
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        spec = self.spec
+        while not should_stop():
+            slots = self.buffers.acquire(
+                spec.actor_id, spec.envs_per_actor, spec.slot_timeout_s, should_stop
+            )
+            if not slots:
+                return
+            self.unroll(slots)
+            self.buffers.commit(slots, spec.actor_id, spec.level_id, self.version)
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def actor_process(
+    spec: ActorSpec, buffers: UnrollBuffers, params: ParamStore, stop: Any, events: Any
+) -> None:
+    """Entry point of an actor process (spawned by a backend)."""
+    # why: one torch thread per actor process; two threads per process on a shared core
+    # ran 10-250x slower (DESIGN.md measurements).
+    torch.set_num_threads(1)
+    torch.manual_seed(spec.seed)
+
+    def report(event: dict[str, Any]) -> None:
+        try:
+            events.put_nowait(event)
+        except Exception:  # noqa: BLE001 - a full event queue must never stop an actor
+            pass
+
+    actor = None
+    try:
+        actor = Actor(spec, buffers, params, report)
+        actor.run(stop.is_set)
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        report({"type": "actor_crash", "actor": spec.actor_id, "message": traceback.format_exc()})
+        raise
+    finally:
+        if actor is not None:
+            actor.close()

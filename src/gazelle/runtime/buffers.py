@@ -1,0 +1,203 @@
+"""Preallocated shared-memory unroll slots; only slot indices travel through a queue.
+
+One slot holds one env's unroll, `[T+1, ...]` per field, plus the agent state at its start
+and its metadata (actor id, level id, policy version). Each actor owns a fixed set of slots
+(`envs_per_actor * slots_per_env`), so a crashed actor can only ever leave *its own* slots
+half-written, and the supervisor frees exactly those.
+
+Slot life cycle (one int per slot in shared memory):
+
+    FREE --actor--> WRITING --actor--> READY --learner--> FREE
+                      |                                 ^
+                      +---- supervisor (actor died) ----+
+
+The learner consumes indices from `ready_queue` and checks the state: an index whose slot is
+not READY (a duplicate re-queued by the supervisor, or a slot freed after a crash) is skipped,
+so a half-written slot is never handed to the learner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gazelle.types import ObsSpec
+
+FREE, WRITING, READY = 0, 1, 2
+
+#: Per-step fields of a slot besides the observation: name -> dtype (shape `[T+1]`).
+STEP_FIELDS: dict[str, torch.dtype] = {
+    "reward": torch.float32,
+    "terminated": torch.bool,
+    "truncated": torch.bool,
+    "game_over": torch.bool,
+    "episode_return": torch.float32,
+    "episode_length": torch.int64,
+    "truncation_value": torch.float32,
+    "action": torch.int64,
+    "baseline": torch.float32,
+}
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Shapes of one unroll slot."""
+
+    unroll_length: int
+    obs_spec: ObsSpec
+    state_size: int  # LSTM hidden size; 0 for a feed-forward agent
+    instruction_tokens: int = 32
+
+    def field_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """name -> (shape of one slot, dtype). Time-major: `[T+1, ...]`."""
+        steps = self.unroll_length + 1
+        spec = self.obs_spec
+        frame_dtype = torch.uint8 if spec.frame_dtype == np.uint8 else torch.float32
+        shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
+        shapes = {name: ((steps,), dtype) for name, dtype in STEP_FIELDS.items()}
+        shapes["frame"] = ((steps, *spec.frame_shape), frame_dtype)
+        shapes["policy_logits"] = ((steps, spec.num_actions), torch.float32)
+        if spec.has_instruction:
+            shapes["instruction"] = ((steps, self.instruction_tokens), torch.int64)
+        if self.state_size:
+            shapes["state_h"] = ((self.state_size,), torch.float32)
+            shapes["state_c"] = ((self.state_size,), torch.float32)
+        return shapes
+
+
+class UnrollBuffers:
+    """`num_slots` unroll slots in shared memory, shared by actors (write) and learner (read).
+
+    Create in the main process, pass to actor processes (torch shares the storage).
+    """
+
+    def __init__(self, layout: SlotLayout, num_actors: int, slots_per_actor: int, ctx: Any):
+        self.layout = layout
+        self.num_actors = num_actors
+        self.slots_per_actor = slots_per_actor
+        num_slots = num_actors * slots_per_actor
+        self.data: dict[str, torch.Tensor] = {
+            name: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
+            for name, (shape, dtype) in layout.field_shapes().items()
+        }
+        self.state = torch.zeros(num_slots, dtype=torch.int8).share_memory_()
+        self.actor_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
+        self.level_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
+        self.policy_version = torch.zeros(num_slots, dtype=torch.int64).share_memory_()
+        # why: bounded (every slot appears at most twice: once from its actor, once re-queued
+        # by the supervisor), and a queue put/get is a full memory barrier between processes,
+        # so the learner sees the slot's data before it sees the index.
+        self.ready_queue = ctx.Queue(maxsize=2 * num_slots)
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.state.numel())
+
+    def actor_slots(self, actor_id: int) -> range:
+        start = actor_id * self.slots_per_actor
+        return range(start, start + self.slots_per_actor)
+
+    # ---- actor side -------------------------------------------------------------------
+    def acquire(self, actor_id: int, count: int, timeout: float, should_stop: Any) -> list[int]:
+        """Claim `count` FREE slots of this actor (marks them WRITING); waits for the learner.
+
+        Raises TimeoutError after `timeout` seconds; returns [] if `should_stop()` turns true.
+        """
+        deadline = time.monotonic() + timeout
+        own = self.actor_slots(actor_id)
+        while True:
+            free = [s for s in own if int(self.state[s]) == FREE][:count]
+            if len(free) == count:
+                for s in free:
+                    self.state[s] = WRITING
+                return free
+            if should_stop():
+                return []
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"actor {actor_id}: no free unroll slot in {timeout:.0f}s")
+            # why: the learner frees slots at its own pace; polling at 1 ms costs nothing
+            # next to an unroll and needs no cross-process condition variable.
+            time.sleep(0.001)
+
+    def commit(self, slots: list[int], actor_id: int, level_id: int, version: int) -> None:
+        """Publish fully written slots to the learner."""
+        for s in slots:
+            self.actor_id[s] = actor_id
+            self.level_id[s] = level_id
+            self.policy_version[s] = version
+            # why: state flips to READY only after every field is written; the queue put
+            # that follows is what the learner waits on.
+            self.state[s] = READY
+            self.ready_queue.put(s)
+
+    # ---- supervisor side --------------------------------------------------------------
+    def release_actor(self, actor_id: int) -> int:
+        """After actor `actor_id` died: free its half-written slots, re-queue READY ones.
+
+        Returns how many half-written slots were dropped.
+        """
+        dropped = 0
+        for s in self.actor_slots(actor_id):
+            state = int(self.state[s])
+            if state == WRITING:
+                self.state[s] = FREE
+                dropped += 1
+            elif state == READY:
+                # why: it may have died between READY and put(); a duplicate is harmless
+                # because the learner skips indices whose slot is no longer READY.
+                with contextlib.suppress(queue.Full):
+                    self.ready_queue.put_nowait(s)
+        return dropped
+
+    # ---- learner side -----------------------------------------------------------------
+    def take(self, count: int, timeout: float) -> list[int]:
+        """Wait for `count` READY slots (raises TimeoutError)."""
+        deadline = time.monotonic() + timeout
+        taken: list[int] = []
+        while len(taken) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                # why: give back what we hold so nothing is lost on a retry.
+                for s in taken:
+                    self.ready_queue.put(s)
+                raise TimeoutError(f"learner: no unroll from any actor in {timeout:.0f}s")
+            try:
+                s = self.ready_queue.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if int(self.state[s]) == READY and s not in taken:
+                taken.append(s)
+        return taken
+
+    def gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
+        """Copy slots into a time-major batch `[T+1, B, ...]` (state fields `[B, H]`)."""
+        index = torch.tensor(slots, dtype=torch.long)
+        batch = {}
+        for name, tensor in self.data.items():
+            rows = tensor.index_select(0, index)
+            # why: slots are stored batch-major for cheap per-env writes; the learner's
+            # contract is time-major.
+            batch[name] = rows if name.startswith("state_") else rows.transpose(0, 1)
+        batch["policy_version"] = self.policy_version.index_select(0, index)
+        batch["level_id"] = self.level_id.index_select(0, index)
+        batch["actor_id"] = self.actor_id.index_select(0, index)
+        return batch
+
+    def release(self, slots: list[int]) -> None:
+        for s in slots:
+            self.state[s] = FREE
+
+    def batches(self, batch_size: int, timeout: float) -> Iterator[dict[str, torch.Tensor]]:
+        """Endless iterator of gathered batches (slots freed once copied)."""
+        while True:
+            slots = self.take(batch_size, timeout)
+            batch = self.gather(slots)
+            self.release(slots)
+            yield batch

@@ -1,0 +1,23 @@
+"""Functions run in spawned child processes by the runtime tests (importable by path)."""
+
+import os
+
+import torch
+
+
+def write_slots(buffers, actor_id, value, die_midway):
+    """Claim this actor's slots, fill them with `value`, commit; or die half-way."""
+    slots = buffers.acquire(actor_id, 2, timeout=10.0, should_stop=lambda: False)
+    index = torch.tensor(slots)
+    buffers.data["reward"][index, 0] = float(value)
+    if die_midway:
+        os._exit(9)  # like SIGKILL mid-write: no cleanup, slots left WRITING
+    buffers.data["reward"][index] = float(value)
+    buffers.commit(slots, actor_id, level_id=actor_id, version=value)
+
+
+
+def read_params(store, module, result_queue):
+    """Pull the published weights in a child process and send them back."""
+    version = store.pull(module, -1)
+    result_queue.put((version, [p.detach().tolist() for p in module.parameters()]))

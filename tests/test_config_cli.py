@@ -1,0 +1,95 @@
+"""Config validation and the CLI's handling of bad input: one clear line, no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from gazelle.cli import build_parser, config_from_args, field_docs, main
+from gazelle.config import ConfigError, ImpalaConfig, resolve, validate
+
+
+def test_defaults_validate_and_resolve_from_presets():
+    config = resolve(validate(ImpalaConfig()), frame_is_image=False)
+    assert config.model == "mlp"
+    assert config.batch_size and config.unroll_length and config.learning_rate
+    atari = resolve(ImpalaConfig(env="ALE/Pong-v5"), frame_is_image=True)
+    assert atari.model == "deep" and atari.unroll_length == 20 and atari.batch_size == 32
+    dmlab = resolve(ImpalaConfig(env="dmlab30"), frame_is_image=True)
+    # the IMPALA seed's defaults
+    assert (dmlab.batch_size, dmlab.unroll_length, dmlab.learning_rate) == (2, 100, 0.00048)
+    assert (dmlab.entropy_cost, dmlab.epsilon) == (0.00025, 0.1)
+
+
+def test_explicit_values_beat_the_preset():
+    config = resolve(ImpalaConfig(env="ALE/Pong-v5", batch_size=8, model="shallow"), True)
+    assert config.batch_size == 8 and config.model == "shallow"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [
+        ("model", "resnet", "--model"),
+        ("reward_clipping", "clip", "--reward-clipping"),
+        ("batch_size", 0, "--batch-size"),
+        ("discounting", 1.5, "--discounting"),
+        ("num_actors", -1, "--num-actors"),
+        ("device", "tpu", "--device"),
+        ("precision", "fp16", "--precision"),
+    ],
+)
+def test_bad_values_name_the_flag_and_the_allowed_values(field, value, flag):
+    with pytest.raises(ConfigError) as err:
+        validate(ImpalaConfig(**{field: value}))
+    message = str(err.value)
+    assert message.startswith(flag) and repr(value) in message and "allowed" in message
+
+
+def test_every_field_has_a_flag_with_help():
+    docs = field_docs()
+    parser = build_parser()
+    help_text = parser._subparsers._group_actions[0].choices["train"].format_help()
+    for name in ImpalaConfig.__dataclass_fields__:
+        assert name in docs, f"{name} has no docstring"
+        assert "--" + name.replace("_", "-") in help_text
+
+
+def test_flags_parse_into_the_config():
+    args = build_parser().parse_args(
+        ["train", "--env", "ALE/Pong-v5", "--batch-size", "8", "--total-frames", "1e6",
+         "--no-use-lstm", "--grad-norm-clip", "none", "--logdir", "x"])
+    config = config_from_args(args)
+    assert (config.env, config.batch_size, config.total_frames) == ("ALE/Pong-v5", 8, 1_000_000)
+    assert config.use_lstm is False and config.grad_norm_clip is None and config.logdir == "x"
+
+
+def test_default_logdir_is_fresh_per_run():
+    config = config_from_args(build_parser().parse_args(["train"]))
+    assert config.logdir.startswith("runs/CartPole-v1-")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["train", "--batch-size", "two"], "--batch-size"),
+        (["train", "--unroll-length", "2.5"], "--unroll-length"),
+        (["train", "--model", "resnet"], "--model: invalid value 'resnet'; allowed: auto | deep"),
+        (["train", "--reward-clipping", "x", "--logdir", "/tmp/gz-x"], "--reward-clipping"),
+    ],
+)
+def test_cli_bad_input_is_one_line(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_cli_unknown_env_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "gazelle.cli", "train", "--env", "NoSuchEnv-v9",
+         "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--env" in proc.stderr and "NoSuchEnv-v9" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,53 @@
+"""Versioned shared weights: publish in the learner, pull in actors (also across processes)."""
+
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from gazelle.runtime.params import ParamStore
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import runtime_children  # noqa: E402
+
+CTX = mp.get_context("spawn")
+
+
+def test_pull_copies_only_newer_versions():
+    torch.manual_seed(0)
+    learner, actor = nn.Linear(3, 2), nn.Linear(3, 2)
+    store = ParamStore(learner, CTX)
+    assert store.pull(actor, -1) == -1  # nothing published yet: untouched
+    store.publish(learner, version=4)
+    assert store.pull(actor, -1) == 4
+    assert torch.equal(actor.weight, learner.weight) and torch.equal(actor.bias, learner.bias)
+    with torch.no_grad():
+        actor.weight.zero_()
+    assert store.pull(actor, 4) == 4  # same version: no copy
+    assert torch.all(actor.weight == 0)
+
+
+def test_buffers_travel_with_parameters():
+    learner, actor = nn.BatchNorm1d(3), nn.BatchNorm1d(3)
+    learner.running_mean.fill_(2.5)
+    store = ParamStore(learner, CTX)
+    store.publish(learner, 1)
+    store.pull(actor, 0)
+    assert torch.all(actor.running_mean == 2.5)
+
+
+@pytest.mark.slow
+def test_child_process_sees_published_weights():
+    torch.manual_seed(1)
+    learner = nn.Linear(4, 2)
+    store = ParamStore(learner, CTX)
+    store.publish(learner, version=9)
+    results = CTX.Queue()
+    p = CTX.Process(target=runtime_children.read_params, args=(store, nn.Linear(4, 2), results))
+    p.start()
+    version, weights = results.get(timeout=60)
+    p.join(10)
+    assert version == 9
+    assert weights[0] == learner.weight.detach().tolist()
