@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from vector_envs import FRAME_SHAPE, CounterEnv, make_broken, make_counter
 
 from gazelle.envs._vector_buffers import SHM_PREFIX
 from gazelle.envs.vector import BatchStep, SerialEnvs, VectorEnv
+from vector_envs import FRAME_SHAPE, CounterEnv, make_broken, make_counter
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -165,13 +165,16 @@ def test_env_error_resets_that_env_and_the_others_go_on() -> None:
 
 
 def test_failing_reset_rebuilds_the_env() -> None:
-    with SerialEnvs([partial(make_counter, trunc_at=1, raise_reset_at=2)]) as envs:
+    with SerialEnvs([partial(make_counter, trunc_at=2, raise_reset_at=2)]) as envs:
         envs.reset()
-        step = envs.step(np.array([0]))
-        assert step.truncated[0] and step.errors[0][0] == 0
-        assert "reset failed on purpose" in step.errors[0][1]
-        assert step.obs["frame"][0, 0, 0, 0] == 0
         assert envs.step(np.array([0])).errors == []
+        step = envs.step(np.array([0]))  # truncation; the auto-reset raises
+        assert step.truncated[0] and step.game_over[0] and step.errors[0][0] == 0
+        assert "reset failed on purpose" in step.errors[0][1]
+        assert step.final_obs[0]["frame"][0, 0, 0] == 2
+        assert step.obs["frame"][0, 0, 0, 0] == 0  # the rebuilt env's first observation
+        step = envs.step(np.array([0]))
+        assert step.errors == [] and step.obs["frame"][0, 0, 0, 0] == 1
 
 
 # --- VectorEnv: processes and shared memory ----------------------------------------------
@@ -263,10 +266,11 @@ def test_hung_env_times_out_and_close_kills_it() -> None:
     assert _segments(os.getpid()) == []
 
 
-#: A parent process: makes a VectorEnv, prints its pid and the workers', then steps forever.
+#: A parent process: makes a VectorEnv, prints its pid and the workers', then steps forever
+#: (argument "step") or sleeps, its workers waiting for a command (argument "idle").
 PARENT_SCRIPT = textwrap.dedent(
     """
-    import json, os, sys
+    import json, os, sys, time
     from functools import partial
     import numpy as np
     from vector_envs import make_counter
@@ -277,15 +281,18 @@ PARENT_SCRIPT = textwrap.dedent(
         envs.reset()
         print(json.dumps({"pid": os.getpid(), "workers": envs.worker_pids}), flush=True)
         while True:
-            envs.step(np.zeros(4, np.int64))
+            if sys.argv[1] == "step":
+                envs.step(np.zeros(4, np.int64))
+            else:
+                time.sleep(1)
     """
 )
 
 
-def _start_parent() -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def _start_parent(mode: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), *sys.path])}
     proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT_SCRIPT],
+        [sys.executable, "-c", PARENT_SCRIPT, mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -302,25 +309,42 @@ def _start_parent() -> tuple[subprocess.Popen[str], dict[str, Any]]:
     return proc, info
 
 
+def _kill_all(pids: list[int]) -> None:
+    """Kill what a failed test left running."""
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_parent_stops_workers_and_frees_shm() -> None:
-    proc, info = _start_parent()
-    time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
-    _, stderr = proc.communicate(timeout=30)
-    assert "KeyboardInterrupt" in stderr
-    assert _wait_dead(info["workers"], 5.0) == []
-    assert _segments(info["pid"]) == []
+    proc, info = _start_parent("step")
+    try:
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
+        proc.wait(timeout=30)
+        assert _wait_dead(info["workers"], 5.0) == []
+        assert _segments(info["pid"]) == []
+        _, stderr = proc.communicate(timeout=10)
+        # the parent's KeyboardInterrupt only: the workers ignore SIGINT and exit when told
+        assert "KeyboardInterrupt" in stderr and stderr.count("Traceback") == 1, stderr
+    finally:
+        _kill_all([info["pid"], *info["workers"]])
 
 
 @pytest.mark.slow
-def test_sigkilled_parent_leaves_no_worker_and_no_shm() -> None:
-    proc, info = _start_parent()
-    time.sleep(0.3)
-    proc.kill()
-    proc.communicate(timeout=30)
-    assert _wait_dead(info["workers"], 10.0) == []
-    deadline = time.monotonic() + 5.0
-    while _segments(info["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _segments(info["pid"]) == []
+@pytest.mark.parametrize("mode", ["idle", "step"])
+def test_sigkilled_parent_leaves_no_worker_and_no_shm(mode: str) -> None:
+    proc, info = _start_parent(mode)
+    try:
+        time.sleep(0.3)
+        proc.kill()
+        proc.wait(timeout=30)
+        assert _wait_dead(info["workers"], 10.0) == []
+        deadline = time.monotonic() + 5.0
+        while _segments(info["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _segments(info["pid"]) == []
+    finally:
+        _kill_all(info["workers"])
+        proc.communicate(timeout=10)  # close the pipes

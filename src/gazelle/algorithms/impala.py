@@ -37,6 +37,8 @@ class TrainResult:
     fps: float
     logdir: Path
     interrupted: bool = False
+    actor_restarts: int = 0
+    dropped_unrolls: int = 0
 
 
 class _Terminate(Exception):
@@ -155,7 +157,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
         logger.close()
     levels_recent = {level: logger.recent_return(level) for level in run.levels}
     return TrainResult(frames, updates, episodes, logger.recent_return(), levels_recent, fps,
-                       logdir, interrupted)
+                       logdir, interrupted, sum(run.actors.restarts), run.actors.dropped_slots)
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:

@@ -4,6 +4,7 @@ learner, shared buffers and params, actors. `impala.train` then only runs the lo
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from typing import Any
 
@@ -106,6 +107,10 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
     device = resolve_device(config.device)
+    if device.type == "cpu":
+        # why: the actors run one thread each; the learner gets the cores left (at least one)
+        # instead of torch's default of all cores, which oversubscribes the machine.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - config.num_actors))
     agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm, core_size=CORE_SIZE)
     agent.to(device)
     optimizer = make_optimizer(config.optimizer, agent.parameters(), lr=config.learning_rate,

@@ -72,6 +72,8 @@ class EnvSlot:
         self.env = env
         self._env_fn = env_fn
         self._seed = seed
+        self._first_seed = seed
+        self._rebuilds = 0
         self._arrays = arrays
         self._return = 0.0
         self._length = 0
@@ -149,8 +151,15 @@ class EnvSlot:
             self.env.close()
         # why: a second failure propagates: the env cannot be brought back.
         self.env = self._env_fn()
-        self._write_reset(self.env.reset()[0])
+        self._rebuilds += 1
+        self._write_reset(self.env.reset(seed=self._rebuild_seed())[0])
         return error
+
+    def _rebuild_seed(self) -> int | None:
+        """A rebuilt env's seed: derived from the first seed, so seeded runs stay repeatable."""
+        if self._first_seed is None:
+            return None
+        return int(np.random.SeedSequence([self._first_seed, self._rebuilds]).generate_state(1)[0])
 
     def _write_reset(self, obs: Any) -> None:
         frame, self.instruction = split_obs(obs)

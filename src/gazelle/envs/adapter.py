@@ -43,7 +43,7 @@ def _is_contract_dict(space: spaces.Space) -> bool:
     return image or vector
 
 
-def frame_converter(space: spaces.Space) -> tuple[spaces.Box, Callable[[Any], np.ndarray]]:
+def frame_converter(space: spaces.Space) -> tuple[spaces.Box[Any], Callable[[Any], np.ndarray]]:
     """Return the `frame` Box for a native observation space and a function converting to it.
 
     Raises:
@@ -52,7 +52,7 @@ def frame_converter(space: spaces.Space) -> tuple[spaces.Box, Callable[[Any], np
     if isinstance(space, spaces.Box):
         if space.dtype == np.uint8 and len(space.shape) == 3:
             h, w, c = space.shape
-            box = spaces.Box(0, 255, (c, h, w), np.uint8)
+            box: spaces.Box[Any] = spaces.Box(0, 255, (c, h, w), np.uint8)
             return box, lambda o: np.ascontiguousarray(np.transpose(o, (2, 0, 1)))
         if space.dtype == np.uint8 and len(space.shape) == 2:
             box = spaces.Box(0, 255, (1, *space.shape), np.uint8)
@@ -99,7 +99,9 @@ def action_mapper(space: spaces.Space) -> tuple[int, Callable[[int], Any]]:
         nvec = tuple(int(n) for n in space.nvec.reshape(-1))
         total = int(np.prod(nvec))
         if total > MAX_FLAT_ACTIONS:
-            raise ValueError(f"action space {space} has {total} combinations (> {MAX_FLAT_ACTIONS})")
+            raise ValueError(
+                f"action space {space} has {total} combinations (> {MAX_FLAT_ACTIONS})"
+            )
         starts = space.start.reshape(-1)
         shape = space.nvec.shape
 
@@ -107,9 +109,10 @@ def action_mapper(space: spaces.Space) -> tuple[int, Callable[[int], Any]]:
             return (np.array(np.unravel_index(i, nvec)) + starts).reshape(shape)
 
         return total, native
+    kind = "continuous action space" if isinstance(space, spaces.Box) else "action space"
     raise ValueError(
-        f"unsupported action space {space}: gazelle's agents choose one of n discrete actions; "
-        "wrap the env to discretise it (for example a fixed set of Box actions)"
+        f"unsupported {kind} {space}: gazelle's agents choose one of n discrete actions; "
+        "wrap the env to discretise it (e.g. a fixed set of Box actions) first"
     )
 
 
@@ -141,6 +144,7 @@ class GymAdapter(gymnasium.Wrapper):
             raise ValueError(f"num_action_repeats must be >= 1, got {num_action_repeats}")
         self._repeats = num_action_repeats
         self._pending_seed = seed
+        obs_space: spaces.Space[Any]
         if convert is not None:
             obs_space, self._convert = convert
         elif _is_contract_dict(env.observation_space):

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils import seeding
 
 from gazelle.envs.resize import AreaResize
 from gazelle.types import FRAME
@@ -51,7 +52,7 @@ class AtariEnv(gymnasium.Env):
         max_pool: max over the last two frames of each skip (removes Atari flicker).
         crop: `(first_row, end_row)` of the 210-row screen kept before resizing.
         full_action_space: all 18 actions instead of the game's minimal set.
-        seed: seeds the emulator and no-ops at the first `reset()` not given a seed.
+        seed: seeds the emulator and the no-ops (`reset(seed=...)` reseeds both).
         render_mode: `None` or `"rgb_array"` (the full-colour screen).
     """
 
@@ -84,14 +85,15 @@ class AtariEnv(gymnasium.Env):
         self._game = game
         self._skip, self._life_loss, self._noop_max = frame_skip, life_loss, noop_max
         self._max_frames, self._max_pool = max_frames, max_pool and frame_skip >= 2
-        self._pending_seed = seed
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         self._ale = ale_py.ALEInterface()
         self._ale.setFloat("repeat_action_probability", STICKY_PROBABILITY * sticky_actions)
         self._rom = ale_py.roms.get_rom_path(game)
         if self._rom is None:
             raise ValueError(f"no ALE ROM named {game!r}")
-        self._ale.loadROM(str(self._rom))
+        if seed is not None:
+            self._np_random, _ = seeding.np_random(seed)
+        self._load(int(self.np_random.integers(0, 2**31 - 1)))
         full = full_action_space
         self._actions = self._ale.getLegalActionSet() if full else self._ale.getMinimalActionSet()
         self._noop = ale_py.Action.NOOP
@@ -102,13 +104,14 @@ class AtariEnv(gymnasium.Env):
         # why: screens[0] holds frame skip-2, screens[1] frame skip-1 of the current step.
         self._screens = np.zeros((2, height, width), np.uint8)
         self._stack = np.zeros((frame_stack, frame_size, frame_size), np.uint8)
-        self.observation_space = spaces.Dict({FRAME: spaces.Box(0, 255, self._stack.shape, np.uint8)})
+        self.observation_space = spaces.Dict(
+            {FRAME: spaces.Box(0, 255, self._stack.shape, np.uint8)}
+        )
         self.action_space = spaces.Discrete(len(self._actions))
         self._lives = 0
         self._continue_game = False
         self._game_return = 0.0
         self._game_steps = 0
-        self._loaded_seed: int | None = None
 
     @property
     def action_meanings(self) -> list[str]:
@@ -124,7 +127,6 @@ class AtariEnv(gymnasium.Env):
         # why: ALE reads `random_seed` only when a ROM is loaded, so reseeding means a reload.
         self._ale.setInt("random_seed", ale_seed)
         self._ale.loadROM(str(self._rom))
-        self._loaded_seed = ale_seed
 
     def _grab(self, index: int) -> None:
         self._ale.getScreenGrayscale(self._screens[index])
@@ -149,10 +151,8 @@ class AtariEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start a new game (or, after a life-loss episode end, continue the current one)."""
-        if seed is None:
-            seed, self._pending_seed = self._pending_seed, None
         super().reset(seed=seed)
-        if seed is not None or self._loaded_seed is None:
+        if seed is not None:
             self._load(int(self.np_random.integers(0, 2**31 - 1)))
             self._continue_game = False
         if self._continue_game:
@@ -199,7 +199,7 @@ class AtariEnv(gymnasium.Env):
         game_over = over or truncated
         return {FRAME: self._stack.copy()}, reward, over, truncated, self._info(game_over)
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         """The current full-colour screen `[210, 160, 3]` uint8 in `rgb_array` mode."""
         if self.render_mode == "rgb_array":
             return self._ale.getScreenRGB()

@@ -49,10 +49,12 @@ class AreaResize:
         (in_h, in_w), (out_h, out_w) = in_shape, out_shape
         if out_h > in_h or out_w > in_w:
             raise ValueError(f"AreaResize only shrinks: {in_shape} -> {out_shape}")
-        self._row_index, self._row_weight = _taps(area_weights(in_h, out_h))
+        self._row_index, row_weight = _taps(area_weights(in_h, out_h))
         self._col_index, col_weight = _taps(area_weights(in_w, out_w))
-        # why: column weights broadcast along rows, row weights along columns.
-        self._col_weight = col_weight.reshape(len(col_weight), 1, out_w)
+        # why: row weights broadcast along columns `[taps, out_h, 1]`, column weights along
+        # rows `[taps, 1, out_w]`.
+        self._row_weight = row_weight[:, :, None].copy()
+        self._col_weight = col_weight[:, None, :].copy()
         self._acc = np.empty((out_h, in_w), np.float32)
         self._tap = np.empty((out_h, in_w), np.float32)
         self._out = np.empty((out_h, out_w), np.float32)
@@ -63,9 +65,9 @@ class AreaResize:
         """Resize `image` uint8 `[in_h, in_w]` into `out` uint8 `[out_h, out_w]` (or a new one)."""
         if image.shape != self.in_shape:
             raise ValueError(f"expected an image of shape {self.in_shape}, got {image.shape}")
-        np.multiply(image[self._row_index[0]], self._row_weight[0, :, None], out=self._acc)
+        np.multiply(image[self._row_index[0]], self._row_weight[0], out=self._acc)
         for k in range(1, len(self._row_index)):
-            np.multiply(image[self._row_index[k]], self._row_weight[k, :, None], out=self._tap)
+            np.multiply(image[self._row_index[k]], self._row_weight[k], out=self._tap)
             self._acc += self._tap
         np.multiply(self._acc[:, self._col_index[0]], self._col_weight[0], out=self._out)
         for k in range(1, len(self._col_index)):

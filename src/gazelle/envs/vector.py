@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +37,8 @@ __all__ = ["BatchStep", "SerialEnvs", "VectorEnv", "obs_spec_from_spaces"]
 #: A batched observation: `frame` `[N, ...]` and, for instruction tasks, `instruction`
 #: (a list of `N` str).
 BatchObs = dict[str, Any]
+
+_Batch = TypeVar("_Batch", bound="_EnvBatch")
 
 
 class BatchStep(NamedTuple):
@@ -148,7 +150,7 @@ class _EnvBatch:
     def close(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> _EnvBatch:
+    def __enter__(self: _Batch) -> _Batch:
         return self
 
     def __exit__(self, *exc: object) -> None:

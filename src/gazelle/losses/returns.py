@@ -20,7 +20,12 @@ from typing import TypeVar, overload
 import numpy as np
 import torch
 
-from gazelle.losses._checks import compute_dtype, require_min_dim, require_shape
+from gazelle.losses._checks import (
+    compute_dtype,
+    require_min_dim,
+    require_same_device,
+    require_shape,
+)
 
 #: A numpy array or a torch tensor; functions taking one return the same kind.
 ArrayOrTensor = TypeVar("ArrayOrTensor", np.ndarray, torch.Tensor)
@@ -116,7 +121,7 @@ def gae(
         `rewards` is a numpy array, otherwise tensors on `rewards`' device.
 
     Raises:
-        ValueError: on mismatched shapes.
+        ValueError: on mismatched shapes or devices.
     """
     fn = "returns.gae"
     as_numpy = not isinstance(rewards, torch.Tensor)
@@ -134,11 +139,13 @@ def gae(
     require_min_dim(fn, "rewards", rewards_t, 1, "[T] or [T, B]")
     require_shape(fn, "values", values_t, rewards_t.shape, "the shape of `rewards`")
     require_shape(fn, "bootstrap_value", bootstrap_t, rewards_t.shape[1:], "`values` without time")
+    require_same_device(fn, rewards=rewards_t, values=values_t, bootstrap_value=bootstrap_t)
     if dones is None:
         not_done = torch.ones_like(rewards_t)
     else:
         dones_t = _to_tensor(dones, None, device)
         require_shape(fn, "dones", dones_t, rewards_t.shape, "the shape of `rewards`")
+        require_same_device(fn, rewards=rewards_t, dones=dones_t)
         not_done = 1.0 - dones_t.to(dtype)
 
     with torch.no_grad():

@@ -191,6 +191,7 @@ def from_logits(
     require_shape(
         fn, "actions", actions, target_policy_logits.shape[:-1], "the logits without actions"
     )
+    require_float(fn, discounts=discounts)
     require_shape(fn, "discounts", discounts, actions.shape, "the shape of `actions`")
     require_same_device(
         fn,

@@ -79,8 +79,9 @@ class Torso(nn.Module):
 
     #: Whether the torso takes image frames `[C, H, W]` (else vectors `[D]`).
     is_image: ClassVar[bool] = True
-    #: Whether frames are converted to `channels_last` before the convolutions.
-    channels_last: ClassVar[bool] = False
+    #: Whether frames are converted to `channels_last` before the convolutions (a class
+    #: default chosen by measurement; set it on an instance to override).
+    channels_last: bool = False
 
     output_size: int
 

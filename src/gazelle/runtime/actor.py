@@ -68,7 +68,8 @@ class ObsEncoder:
         )
 
     def __call__(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
-        out = {"frame": torch.from_numpy(np.asarray(obs["frame"]))}
+        # why: copy, since env batches hand out read-only views of their own memory.
+        out = {"frame": torch.tensor(np.asarray(obs["frame"]))}
         if INSTRUCTION in obs:
             out[INSTRUCTION] = torch.stack([self._tokens(text) for text in obs[INSTRUCTION]])
         return out

@@ -1,0 +1,216 @@
+"""`make(spec)`: one entry point for every env gazelle runs.
+
+A spec is one of:
+
+- `dmlab:<level>`: a DeepMind Lab level (`gazelle.envs.dmlab`);
+- an ALE id (`ALE/Pong-v5`, `PongNoFrameskip-v4`, or a short name `Pong`): Atari with
+  DeepMind preprocessing (`gazelle.envs.atari`);
+- a MiniGrid/BabyAI id (`BabyAI-GoToRedBall-v0`): instruction + symbolic frame
+  (`gazelle.envs.babyai`);
+- any other Gymnasium id (`CartPole-v1`, `gazelle/Memory-v0`), including third-party ones
+  as `module:EnvId` (the module is imported first, as Gymnasium does) or `module/EnvId`.
+
+`dmlab30` and comma-separated lists name several levels: `expand_levels` turns them into
+single specs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from gazelle.envs import diagnostic
+from gazelle.envs.adapter import GymAdapter
+from gazelle.envs.dmlab30 import TEST_LEVELS, TRAIN_LEVELS
+from gazelle.types import FRAME, INSTRUCTION, ObsSpec
+
+DMLAB_PREFIX = "dmlab:"
+DMLAB30 = "dmlab30"
+_ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a single spec names: `kind` is atari, minigrid, dmlab or gym; `name` the id,
+    ROM or level."""
+
+    kind: str
+    name: str
+
+
+def _register_known() -> None:
+    """Register the ALE, MiniGrid and gazelle ids (idempotent, cheap after the first call)."""
+    import ale_py
+    import minigrid  # noqa: F401  (registers MiniGrid/BabyAI ids on import)
+
+    gymnasium.register_envs(ale_py)
+    diagnostic.register()
+
+
+def _import_module(name: str, spec: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(f"env spec {spec!r}: cannot import module {name!r} ({error})") from error
+
+
+def resolve(spec: str) -> Resolved:
+    """Find what `spec` names, importing a `module:` prefix first.
+
+    Raises:
+        ValueError: an unknown id (with close matches), a multi-level spec, or a module that
+            cannot be imported.
+    """
+    spec = spec.strip()
+    if spec == DMLAB30 or "," in spec:
+        raise ValueError(f"{spec!r} names several levels; use expand_levels() first")
+    if spec.startswith(DMLAB_PREFIX):
+        level = spec[len(DMLAB_PREFIX) :]
+        if not level:
+            raise ValueError("empty DMLab level name in 'dmlab:'")
+        return Resolved("dmlab", level)
+    _register_known()
+    env_id = spec
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        _import_module(module, spec)
+    if env_id not in gymnasium.registry and "/" in env_id:
+        namespace, rest = env_id.split("/", 1)
+        if importlib.util.find_spec(namespace) is not None:
+            _import_module(namespace, spec)
+            if env_id not in gymnasium.registry and rest in gymnasium.registry:
+                env_id = rest
+    if env_id not in gymnasium.registry and f"ALE/{env_id}-v5" in gymnasium.registry:
+        env_id = f"ALE/{env_id}-v5"
+    if env_id not in gymnasium.registry:
+        candidates = [*gymnasium.registry, DMLAB30]
+        close = difflib.get_close_matches(env_id, candidates, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(
+            f"unknown environment {spec!r}{hint} (a Gymnasium id, 'module:EnvId' for a "
+            "third-party id, 'dmlab:<level>' or 'dmlab30')"
+        )
+    entry = gymnasium.spec(env_id).entry_point
+    if entry == _ALE_ENTRY_POINT:
+        return Resolved("atari", env_id)
+    if isinstance(entry, str) and entry.startswith("minigrid."):
+        return Resolved("minigrid", env_id)
+    return Resolved("gym", env_id)
+
+
+def make(
+    spec: str,
+    *,
+    seed: int | None = None,
+    num_action_repeats: int | None = None,
+    sticky_actions: bool = False,
+    life_loss: bool = False,
+    test_mode: bool = False,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> gymnasium.Env:
+    """Make the env a spec names, wrapped to gazelle's observation and action contract.
+
+    Args:
+        spec: see the module docstring.
+        seed: seeds the first `reset()` (later resets continue the same random stream).
+        num_action_repeats: agent-step repeats (Atari frame skip, DMLab `num_steps`);
+            `default_action_repeats(spec)` when None.
+        sticky_actions: Atari only: repeat_action_probability 0.25.
+        life_loss: Atari only: a lost life ends the episode (not the game).
+        test_mode: DMLab only: hold-out levels and the evaluation mixer seed.
+        render_mode: passed to the env (`rgb_array` for Atari).
+        **kwargs: env-specific settings: Atari `preset` ("deepmind", "universe" or "raw":
+            the Gymnasium env as registered) and overrides (`noop_max`, `max_frames`,
+            `frame_size`, ...); DMLab `width`, `height`, `dataset_path`, `level_cache_dir`,
+            ...; otherwise the Gymnasium id's own keyword arguments.
+    """
+    target = resolve(spec)
+    repeats = num_action_repeats or default_action_repeats(spec)
+    if target.kind != "atari" and (sticky_actions or life_loss):
+        raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
+    if target.kind == "dmlab":
+        from gazelle.envs.dmlab import DmLabEnv
+
+        return DmLabEnv(
+            target.name, num_action_repeats=repeats, test_mode=test_mode, seed=seed, **kwargs
+        )
+    if target.kind == "atari" and kwargs.get("preset", "deepmind") != "raw":
+        from gazelle.envs.atari import make_atari
+
+        game = gymnasium.spec(target.name).kwargs["game"]
+        return make_atari(
+            game,
+            frame_skip=repeats,
+            sticky_actions=sticky_actions,
+            life_loss=life_loss,
+            seed=seed,
+            render_mode=render_mode,
+            **kwargs,
+        )
+    if target.kind == "minigrid":
+        from gazelle.envs.babyai import make_babyai
+
+        return make_babyai(
+            target.name, seed=seed, num_action_repeats=repeats, render_mode=render_mode, **kwargs
+        )
+    kwargs.pop("preset", None)
+    if target.kind == "atari":
+        # why: the raw ALE env applies its own frameskip; repeat each action only once more.
+        repeats = num_action_repeats or 1
+        if sticky_actions:
+            kwargs.setdefault("repeat_action_probability", 0.25)
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    env = gymnasium.make(target.name, **kwargs)
+    return GymAdapter(env, num_action_repeats=repeats, seed=seed)
+
+
+def default_action_repeats(spec: str) -> int:
+    """Agent-step repeats of a spec: 4 for Atari (frame skip) and DMLab, 1 otherwise."""
+    spec = spec.strip()
+    if spec == DMLAB30 or spec.startswith(DMLAB_PREFIX):
+        return 4
+    return 4 if resolve(spec).kind == "atari" else 1
+
+
+def expand_levels(spec: str, test_mode: bool = False) -> list[str]:
+    """Split a comma-separated spec into single specs; `dmlab30` becomes the 30 DMLab-30
+    training (or, in test mode, test) levels as `dmlab:<level>` specs."""
+    levels: list[str] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part == DMLAB30:
+            levels.extend(
+                DMLAB_PREFIX + name for name in (TEST_LEVELS if test_mode else TRAIN_LEVELS)
+            )
+        else:
+            levels.append(part)
+    if not levels:
+        raise ValueError(f"no environment in spec {spec!r}")
+    return levels
+
+
+def obs_spec(env: gymnasium.Env) -> ObsSpec:
+    """The `ObsSpec` of an env made by `make` (Dict observations, Discrete actions)."""
+    space = env.observation_space
+    if not isinstance(space, gymnasium.spaces.Dict) or FRAME not in space.spaces:
+        raise ValueError(f"expected a Dict observation space with a 'frame', got {space}")
+    if not isinstance(env.action_space, gymnasium.spaces.Discrete):
+        raise ValueError(f"expected a Discrete action space, got {env.action_space}")
+    frame = space.spaces[FRAME]
+    assert frame.shape is not None
+    return ObsSpec(
+        frame_shape=tuple(frame.shape),
+        frame_dtype=np.dtype(frame.dtype),
+        num_actions=int(env.action_space.n),
+        has_instruction=INSTRUCTION in space.spaces,
+    )

@@ -1,0 +1,124 @@
+"""IMPALA end to end on the local backend: real actor processes, shared memory, checkpoints."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gazelle import checkpoint
+from gazelle.algorithms.impala import train
+from gazelle.config import ImpalaConfig
+from gazelle.evaluate import evaluate
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(env="CartPole-v1", num_actors=2, envs_per_actor=2, batch_size=4,
+             unroll_length=10, log_interval_s=0.5, checkpoint_interval_s=1000.0)
+
+
+def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
+    config = ImpalaConfig(**SMALL, total_frames=2000, logdir=str(tmp_path))
+    first = train(config)
+    assert first.frames >= 2000 and first.episodes > 0
+    state = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert state["frames"] == first.frames and state["updates"] == first.updates
+    assert state["optimizer"]["state"], "optimiser state must be saved"
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    assert rows[-1]["frames"] == first.frames and "losses/total" in rows[-1]
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path))
+
+    # Resume: same logdir, larger budget: frames and updates continue, the optimiser state
+    # is the saved one (the LR schedule is a function of frames, so it continues too).
+    second = train(ImpalaConfig(**SMALL, total_frames=4000, logdir=str(tmp_path)))
+    assert second.frames >= 4000
+    assert second.updates == first.updates + (second.frames - first.frames) // 40
+    resumed = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert resumed["updates"] == second.updates
+
+
+def test_resume_restores_optimizer_and_weights(tmp_path, monkeypatch):
+    config = ImpalaConfig(**SMALL, total_frames=800, logdir=str(tmp_path))
+    train(config)
+    saved = checkpoint.load(tmp_path / "checkpoint.pt")
+    seen = {}
+    import gazelle.algorithms.impala as impala
+
+    original = impala._restore
+
+    def spy(run, state):
+        out = original(run, state)
+        seen["weights"] = {k: v.clone() for k, v in run.agent.state_dict().items()}
+        seen["opt"] = run.optimizer.state_dict()
+        return out
+
+    monkeypatch.setattr(impala, "_restore", spy)
+    train(ImpalaConfig(**SMALL, total_frames=800, logdir=str(tmp_path)))  # nothing to do
+    for key, value in saved["agent"].items():
+        assert torch.equal(seen["weights"][key], value)
+    first_param = next(iter(saved["optimizer"]["state"]))
+    assert torch.equal(seen["opt"]["state"][first_param]["ms"],
+                       saved["optimizer"]["state"][first_param]["ms"])
+
+
+def test_resume_with_another_env_is_a_clear_error(tmp_path):
+    train(ImpalaConfig(**SMALL, total_frames=400, logdir=str(tmp_path)))
+    with pytest.raises(ValueError, match="--env"):
+        train(ImpalaConfig(**{**SMALL, "env": "gazelle/Memory-v0"}, total_frames=400,
+                           logdir=str(tmp_path)))
+
+
+def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path):
+    killed = []
+
+    def kill_one(progress):
+        if not killed:
+            actors = [p for p in multiprocessing.active_children()
+                      if p.name.startswith("gazelle-actor-")]
+            os.kill(actors[0].pid, signal.SIGKILL)
+            killed.append(actors[0].pid)
+
+    config = ImpalaConfig(**SMALL, total_frames=6000, logdir=str(tmp_path))
+    result = train(config, on_progress=kill_one)
+    assert killed, "the run ended before an actor could be killed"
+    assert result.actor_restarts >= 1
+    assert result.frames >= 6000
+
+
+def test_sigterm_saves_a_checkpoint(tmp_path):
+    script = (
+        "from gazelle.algorithms.impala import train\n"
+        "from gazelle.config import ImpalaConfig\n"
+        f"train(ImpalaConfig(env='CartPole-v1', num_actors=1, envs_per_actor=2, batch_size=2,"
+        f" unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
+        " log_interval_s=0.2))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    progress = tmp_path / "progress.jsonl"
+    deadline = 120
+    import time
+
+    start = time.monotonic()
+    while not (progress.exists() and progress.read_text().count("\n") >= 2):
+        assert time.monotonic() - start < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert "interrupted" in out
+    state = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert state["frames"] > 0
+
+
+def test_test_mode_writes_results(tmp_path):
+    train(ImpalaConfig(**SMALL, total_frames=400, logdir=str(tmp_path)))
+    results = evaluate(tmp_path, episodes=3, verbose=False)
+    assert len(results["levels"]["CartPole-v1"]["returns"]) == 3
+    assert all(r >= 8 for r in results["levels"]["CartPole-v1"]["returns"])  # CartPole >= 8
+    on_disk = json.loads((tmp_path / "test_results.json").read_text())
+    assert on_disk["levels"]["CartPole-v1"]["mean_return"] == pytest.approx(
+        results["levels"]["CartPole-v1"]["mean_return"])
