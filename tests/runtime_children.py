@@ -16,7 +16,6 @@ def write_slots(buffers, actor_id, value, die_midway):
     buffers.commit(slots, actor_id, level_id=actor_id, version=value)
 
 
-
 def read_params(store, module, result_queue):
     """Pull the published weights in a child process and send them back."""
     version = store.pull(module, -1)

@@ -11,7 +11,7 @@ from gazelle.runtime.buffers import FREE, READY, WRITING, SlotLayout, UnrollBuff
 from gazelle.types import ObsSpec
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import runtime_children  # noqa: E402
+import runtime_children
 
 CTX = mp.get_context("spawn")
 

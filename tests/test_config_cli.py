@@ -56,8 +56,21 @@ def test_every_field_has_a_flag_with_help():
 
 def test_flags_parse_into_the_config():
     args = build_parser().parse_args(
-        ["train", "--env", "ALE/Pong-v5", "--batch-size", "8", "--total-frames", "1e6",
-         "--no-use-lstm", "--grad-norm-clip", "none", "--logdir", "x"])
+        [
+            "train",
+            "--env",
+            "ALE/Pong-v5",
+            "--batch-size",
+            "8",
+            "--total-frames",
+            "1e6",
+            "--no-use-lstm",
+            "--grad-norm-clip",
+            "none",
+            "--logdir",
+            "x",
+        ]
+    )
     config = config_from_args(args)
     assert (config.env, config.batch_size, config.total_frames) == ("ALE/Pong-v5", 8, 1_000_000)
     assert config.use_lstm is False and config.grad_norm_clip is None and config.logdir == "x"
@@ -88,8 +101,20 @@ def test_cli_bad_input_is_one_line(argv, expected, capsys):
 @pytest.mark.slow
 def test_cli_unknown_env_is_one_line(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "gazelle.cli", "train", "--env", "NoSuchEnv-v9",
-         "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "gazelle.cli",
+            "train",
+            "--env",
+            "NoSuchEnv-v9",
+            "--logdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "--env" in proc.stderr and "NoSuchEnv-v9" in proc.stderr
     assert "Traceback" not in proc.stderr

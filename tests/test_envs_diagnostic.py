@@ -39,7 +39,7 @@ def test_memory_ids_and_spec() -> None:
 
 
 def test_memory_optimal_and_memoryless_returns() -> None:
-    env = make("gazelle/Memory-v0", seed=0, delay=12)
+    env = make("gazelle/Memory-v0", seed=0, delay=12, min_delay=12)
     cue = {"value": 0}
 
     def remember(obs: dict[str, Any], t: int) -> int:
@@ -54,7 +54,7 @@ def test_memory_optimal_and_memoryless_returns() -> None:
 
 
 def test_memory_cue_only_at_first_step() -> None:
-    env = make("gazelle/Memory-v0", seed=3, delay=4)
+    env = make("gazelle/Memory-v0", seed=3, delay=4, min_delay=4)
     seen: dict[float, list[np.ndarray]] = {}
     for _ in range(20):
         obs, _ = env.reset()
@@ -68,8 +68,16 @@ def test_memory_cue_only_at_first_step() -> None:
     np.testing.assert_array_equal(seen[1.0][0][:, 1], [0, 0, 0, 1])
 
 
-def test_instruction_optimal_and_blind_returns() -> None:
-    env = make("gazelle/Instruction-v0", seed=0)
+def test_memory_delays_vary_within_range() -> None:
+    env = make("gazelle/Memory-v0", seed=0)
+    lengths = {_mean_return(env, lambda obs, t: 0, 1)[1] for _ in range(300)}
+    assert min(lengths) >= 2 and max(lengths) <= 31 and len(lengths) > 20
+    assert max(lengths) > 21  # some cues are further back than a 20-step unroll
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_instruction_optimal_and_blind_returns(shuffle: bool) -> None:
+    env = make("gazelle/Instruction-v0", seed=0, shuffle=shuffle)
     spec = obs_spec(env)
     assert spec.has_instruction and spec.frame_shape == (4 * 9,) and spec.num_actions == 4
 
@@ -89,10 +97,17 @@ def test_instruction_optimal_and_blind_returns() -> None:
 
 def test_instruction_text_names_a_present_item() -> None:
     env = make("gazelle/Instruction-v0", seed=1, num_items=3)
-    obs, _ = env.reset()
-    words = obs["instruction"].split()
-    assert words[:3] == ["go", "to", "the"] and words[3] in COLORS
-    assert env.observation_space.contains(obs)
+    texts, frames = set(), set()
+    for _ in range(30):
+        obs, _ = env.reset()
+        words = obs["instruction"].split()
+        assert words[:3] == ["go", "to", "the"] and words[3] in COLORS
+        assert env.observation_space.contains(obs)
+        texts.add(obs["instruction"])
+        frames.add(obs["frame"].tobytes())
+    # why: fixed layout by default: one frame, and the instruction picks among 3 items.
+    assert texts == {"go to the red ball", "go to the green box", "go to the blue key"}
+    assert len(frames) == 1
 
 
 def test_fast_atari_shapes_and_returns() -> None:

@@ -33,8 +33,13 @@ def make_batch(agent, seed=0, terminated_at=(), truncated_at=()):
         batch["state_h"], batch["state_c"] = (s + 0.1 for s in state)
     with torch.no_grad():
         done = batch["terminated"] | batch["truncated"]
-        out, _ = agent.unroll({"frame": batch["frame"]}, batch["action"], batch["reward"],
-                              done, tuple(batch[k] for k in ("state_h", "state_c") if k in batch))
+        out, _ = agent.unroll(
+            {"frame": batch["frame"]},
+            batch["action"],
+            batch["reward"],
+            done,
+            tuple(batch[k] for k in ("state_h", "state_c") if k in batch),
+        )
     # why: behaviour output at k led to o_k, so it is the agent's output at k-1.
     batch["policy_logits"] = torch.cat([torch.zeros(1, B, A), out.policy_logits[:-1]])
     batch["baseline"] = torch.cat([torch.zeros(1, B), out.baseline[:-1]])
@@ -63,8 +68,9 @@ def test_baseline_loss_uses_the_seed_shift_and_episode_ends(use_lstm):
     torch.manual_seed(0)
     agent = Agent(SPEC, torso="mlp", use_lstm=use_lstm, core_size=8)
     batch, out = make_batch(agent, terminated_at=[(2, 0), (4, 1)], truncated_at=[(3, 2)])
-    settings = LossSettings(0.9, baseline_cost=1.0, entropy_cost=0.0, reward_clipping="none",
-                            grad_norm_clip=None)
+    settings = LossSettings(
+        0.9, baseline_cost=1.0, entropy_cost=0.0, reward_clipping="none", grad_norm_clip=None
+    )
     _, metrics = impala_loss(agent, batch, settings)
     values = out.baseline.detach().numpy()
     vs = reference_targets({k: v.numpy() for k, v in batch.items()}, values, 0.9)
@@ -81,8 +87,9 @@ def test_one_update_equals_a_manual_sgd_step():
     loss, _ = impala_loss(agent, batch, settings)
     grads = torch.autograd.grad(loss, list(agent.parameters()))
     expected = {n: manual[n] - 0.05 * g for (n, _), g in zip(agent.named_parameters(), grads)}
-    learner = Learner(agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings,
-                      torch.device("cpu"))
+    learner = Learner(
+        agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings, torch.device("cpu")
+    )
     learner.step(batch, learning_rate=0.05)  # the schedule's rate overrides the optimiser's
     for name, param in agent.named_parameters():
         torch.testing.assert_close(param.detach(), expected[name], rtol=1e-5, atol=1e-6)
@@ -95,8 +102,9 @@ def test_grad_norm_clip_bounds_the_update():
     batch["reward"] *= 100
     before = [p.detach().clone() for p in agent.parameters()]
     settings = LossSettings(0.99, 0.5, 0.0, "none", grad_norm_clip=0.1)
-    metrics = Learner(agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings,
-                      torch.device("cpu")).step(batch, learning_rate=1.0)
+    metrics = Learner(
+        agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings, torch.device("cpu")
+    ).step(batch, learning_rate=1.0)
     step = torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(agent.parameters(), before)])
     assert metrics["losses/grad_norm"].item() > 0.1
     assert step.norm().item() == pytest.approx(0.1, rel=1e-3)
@@ -108,8 +116,13 @@ def test_bf16_learner_step_runs_and_changes_weights():
     batch, _ = make_batch(agent)
     before = [p.detach().clone() for p in agent.parameters()]
     settings = LossSettings(0.99, 0.5, 0.01, "abs_one", grad_norm_clip=40.0)
-    learner = Learner(agent, torch.optim.SGD(agent.parameters(), lr=0.1), settings,
-                      torch.device("cpu"), precision="bf16")
+    learner = Learner(
+        agent,
+        torch.optim.SGD(agent.parameters(), lr=0.1),
+        settings,
+        torch.device("cpu"),
+        precision="bf16",
+    )
     metrics = learner.step(batch, 0.1)
     assert torch.isfinite(metrics["losses/total"])
     assert any(not torch.equal(p, b) for p, b in zip(agent.parameters(), before))

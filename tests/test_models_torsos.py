@@ -174,15 +174,30 @@ def test_deep_spatial_sizes_follow_tensorflow():
     assert sizes == [(16, 36, 48), (32, 18, 24), (32, 9, 12)]
 
 
-def test_channels_last_does_not_change_outputs():
+@pytest.mark.parametrize("grad", [True, False])
+def test_channels_last_does_not_change_outputs(grad):
     torch.manual_seed(0)
     torso = make_torso("deep", (3, 24, 24))
     frames = torch.randint(0, 256, (3, 3, 24, 24), dtype=torch.uint8)
-    torso.channels_last = True
-    fast = torso(frames)
-    torso.channels_last = False
-    plain = torso(frames)
+    with torch.set_grad_enabled(grad):
+        torso.channels_last_act = torso.channels_last_learn = True
+        fast = torso(frames)
+        torso.channels_last_act = torso.channels_last_learn = False
+        plain = torso(frames)
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_channels_last_choice_follows_autograd():
+    torso = make_torso("shallow", (3, 36, 36))
+    seen = []
+    torso.convs[0].register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].is_contiguous())
+    )
+    frames = torch.zeros(2, 3, 36, 36, dtype=torch.uint8)
+    torso(frames)  # learning: channels_last
+    with torch.inference_mode():
+        torso(frames)  # acting: plain layout
+    assert seen == [False, True]
 
 
 def test_image_frames_are_scaled_to_unit_range():

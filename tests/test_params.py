@@ -10,7 +10,7 @@ from torch import nn
 from gazelle.runtime.params import ParamStore
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-import runtime_children  # noqa: E402
+import runtime_children
 
 CTX = mp.get_context("spawn")
 

@@ -17,8 +17,15 @@ from gazelle.evaluate import evaluate
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(env="CartPole-v1", num_actors=2, envs_per_actor=2, batch_size=4,
-             unroll_length=10, log_interval_s=0.5, checkpoint_interval_s=1000.0)
+SMALL = dict(
+    env="CartPole-v1",
+    num_actors=2,
+    envs_per_actor=2,
+    batch_size=4,
+    unroll_length=10,
+    log_interval_s=0.5,
+    checkpoint_interval_s=1000.0,
+)
 
 
 def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
@@ -61,15 +68,19 @@ def test_resume_restores_optimizer_and_weights(tmp_path, monkeypatch):
     for key, value in saved["agent"].items():
         assert torch.equal(seen["weights"][key], value)
     first_param = next(iter(saved["optimizer"]["state"]))
-    assert torch.equal(seen["opt"]["state"][first_param]["ms"],
-                       saved["optimizer"]["state"][first_param]["ms"])
+    assert torch.equal(
+        seen["opt"]["state"][first_param]["ms"], saved["optimizer"]["state"][first_param]["ms"]
+    )
 
 
 def test_resume_with_another_env_is_a_clear_error(tmp_path):
     train(ImpalaConfig(**SMALL, total_frames=400, logdir=str(tmp_path)))
     with pytest.raises(ValueError, match="--env"):
-        train(ImpalaConfig(**{**SMALL, "env": "gazelle/Memory-v0"}, total_frames=400,
-                           logdir=str(tmp_path)))
+        train(
+            ImpalaConfig(
+                **{**SMALL, "env": "gazelle/Memory-v0"}, total_frames=400, logdir=str(tmp_path)
+            )
+        )
 
 
 def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path):
@@ -77,8 +88,9 @@ def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path):
 
     def kill_one(progress):
         if not killed:
-            actors = [p for p in multiprocessing.active_children()
-                      if p.name.startswith("gazelle-actor-")]
+            actors = [
+                p for p in multiprocessing.active_children() if p.name.startswith("gazelle-actor-")
+            ]
             os.kill(actors[0].pid, signal.SIGKILL)
             killed.append(actors[0].pid)
 
@@ -97,8 +109,9 @@ def test_sigterm_saves_a_checkpoint(tmp_path):
         f" unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
         " log_interval_s=0.2))\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     progress = tmp_path / "progress.jsonl"
     deadline = 120
     import time
@@ -121,4 +134,5 @@ def test_test_mode_writes_results(tmp_path):
     assert all(r >= 8 for r in results["levels"]["CartPole-v1"]["returns"])  # CartPole >= 8
     on_disk = json.loads((tmp_path / "test_results.json").read_text())
     assert on_disk["levels"]["CartPole-v1"]["mean_return"] == pytest.approx(
-        results["levels"]["CartPole-v1"]["mean_return"])
+        results["levels"]["CartPole-v1"]["mean_return"]
+    )

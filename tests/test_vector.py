@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gazelle.envs._vector_buffers import SHM_PREFIX
-from gazelle.envs.vector import BatchStep, SerialEnvs, VectorEnv
+from gazelle.bench import env as bench_env
+from gazelle.envs.vector import SHM_PREFIX, BatchStep, SerialEnvs, VectorEnv
 from vector_envs import FRAME_SHAPE, CounterEnv, make_broken, make_counter
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -348,3 +348,19 @@ def test_sigkilled_parent_leaves_no_worker_and_no_shm(mode: str) -> None:
     finally:
         _kill_all(info["workers"])
         proc.communicate(timeout=10)  # close the pipes
+
+
+@pytest.mark.slow
+def test_bench_env_prints_rates_and_a_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--env", "CartPole-v1", "--seconds", "0.3", "--num-workers", "2"]
+    bench_env.main([*argv, "--envs-per-worker", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert "steps/s" in lines[1] and "steps/s" in lines[2]
+    assert result["num_workers"] == 2 and result["num_envs"] == 4
+    assert result["action_repeats"] == 1
+    for key in ("serial", "pool"):
+        assert result[f"{key}_steps_per_s"] > 100
+        assert result[f"{key}_frames_per_s"] == result[f"{key}_steps_per_s"]
+        assert result[f"{key}_cpu_us_per_step"] > 0
+    assert _segments(os.getpid()) == []

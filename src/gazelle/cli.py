@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import sys
 import time
 from collections.abc import Sequence
@@ -34,9 +35,13 @@ def field_docs() -> dict[str, str]:
     tree = ast.parse(inspect.getsource(ImpalaConfig))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)):
+    for node, after in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+        ):
             docs[node.target.id] = str(after.value.value)
     return docs
 
@@ -49,7 +54,9 @@ def _optional(kind: type) -> Any:
             return kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"invalid value {text!r}; allowed: a {kind.__name__} or 'none'") from None
+                f"invalid value {text!r}; allowed: a {kind.__name__} or 'none'"
+            ) from None
+
     parse.__name__ = kind.__name__
     return parse
 
@@ -68,6 +75,7 @@ def _number(kind: type) -> Any:
             raise argparse.ArgumentTypeError(
                 f"invalid value {text!r}; allowed: {'an integer' if kind is int else 'a number'}"
             ) from None
+
     parse.__name__ = kind.__name__
     return parse
 
@@ -79,24 +87,33 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + field.name.replace("_", "-")
         hint = str(hints[field.name])
         help_text = docs.get(field.name, "") + (
-            f" (default: {field.default})" if field.default is not None else "")
+            f" (default: {field.default})" if field.default is not None else ""
+        )
         if hint == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                                help=help_text)
+            parser.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
         elif hint == "str":
             parser.add_argument(flag, type=str, default=argparse.SUPPRESS, help=help_text)
         else:
             kind = int if hint.startswith("int") else float
             parse = _optional(kind) if "None" in hint else _number(kind)
-            parser.add_argument(flag, type=parse, default=argparse.SUPPRESS, help=help_text,
-                                metavar="N")
+            parser.add_argument(
+                flag, type=parse, default=argparse.SUPPRESS, help=help_text, metavar="N"
+            )
 
 
 def config_from_args(args: argparse.Namespace) -> ImpalaConfig:
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ImpalaConfig)
-              if hasattr(args, f.name)}
+    values = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(ImpalaConfig)
+        if hasattr(args, f.name)
+    }
     if "logdir" not in values:
         env = (values.get("env") or ImpalaConfig.env).replace("/", "_").replace(",", "+")
         values["logdir"] = f"runs/{env[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -110,8 +127,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"gazelle train: env={config.env} logdir={config.logdir}")
     result = train(config)
     ret = "n/a" if result.recent_return is None else f"{result.recent_return:.2f}"
-    print(f"done: {result.frames:,} frames, {result.updates} updates, {result.episodes} "
-          f"episodes, recent mean return {ret}, {result.fps:,.0f} frames/s")
+    print(
+        f"done: {result.frames:,} frames, {result.updates} updates, {result.episodes} "
+        f"episodes, recent mean return {ret}, {result.fps:,.0f} frames/s"
+    )
     print(NEXT_STEPS.format(logdir=result.logdir))
     return 0
 
@@ -151,12 +170,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gazelle", description="Scalable actor-learner RL (IMPALA) in PyTorch.")
+        prog="gazelle", description="Scalable actor-learner RL (IMPALA) in PyTorch."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent (default: CartPole-v1, a few minutes)")
     add_config_flags(train)
-    train.add_argument("--algo", choices=["impala"], default="impala",
-                       help="algorithm (impala; a3c is planned)")
+    train.add_argument(
+        "--algo", choices=["impala"], default="impala", help="algorithm (impala; a3c is planned)"
+    )
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
     test.add_argument("--logdir", required=True, help="the run's directory")
     test.add_argument("--episodes", type=_number(int), default=10, help="episodes per level")

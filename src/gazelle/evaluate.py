@@ -25,8 +25,9 @@ RESULTS_FILE = "test_results.json"
 MAX_STEPS_PER_EPISODE = 1_000_000
 
 
-def run_episodes(agent: Any, env: Any, episodes: int, greedy: bool, encode: ObsEncoder,
-                 seed: int) -> list[float]:
+def run_episodes(
+    agent: Any, env: Any, episodes: int, greedy: bool, encode: ObsEncoder, seed: int
+) -> list[float]:
     """Returns of `episodes` whole games of `env` (one env, batch of 1)."""
     returns: list[float] = []
     obs, _ = env.reset(seed=seed)
@@ -37,7 +38,7 @@ def run_episodes(agent: Any, env: Any, episodes: int, greedy: bool, encode: ObsE
     episode_return, steps = 0.0, 0
     with torch.inference_mode():
         while len(returns) < episodes:
-            batch = {"frame": np.asarray(obs["frame"])[None]}
+            batch: dict[str, Any] = {"frame": np.asarray(obs["frame"])[None]}
             if INSTRUCTION in obs:
                 batch[INSTRUCTION] = [obs[INSTRUCTION]]
             out, state = agent.step(encode(batch), action, reward, done, state, greedy=greedy)
@@ -57,8 +58,13 @@ def run_episodes(agent: Any, env: Any, episodes: int, greedy: bool, encode: ObsE
     return returns
 
 
-def evaluate(logdir: str | Path, episodes: int = 10, greedy: bool = False, seed: int = 1,
-             verbose: bool = True) -> dict[str, Any]:
+def evaluate(
+    logdir: str | Path,
+    episodes: int = 10,
+    greedy: bool = False,
+    seed: int = 1,
+    verbose: bool = True,
+) -> dict[str, Any]:
     """Evaluate the checkpoint in `logdir`; returns (and writes) the results dict."""
     from gazelle.algorithms.setup import env_kwargs
     from gazelle.envs import expand_levels, make, obs_spec, scores
@@ -69,8 +75,12 @@ def evaluate(logdir: str | Path, episodes: int = 10, greedy: bool = False, seed:
     config = ImpalaConfig.from_dict(state["config"])
     levels = expand_levels(config.env, test_mode=True)
     torch.manual_seed(seed)
-    results: dict[str, Any] = {"episodes_per_level": episodes, "greedy": greedy,
-                               "frames_trained": int(state["frames"]), "levels": {}}
+    results: dict[str, Any] = {
+        "episodes_per_level": episodes,
+        "greedy": greedy,
+        "frames_trained": int(state["frames"]),
+        "levels": {},
+    }
     agent = None
     encode = ObsEncoder(32)
     level_returns: dict[str, list[float]] = {}
@@ -85,18 +95,25 @@ def evaluate(logdir: str | Path, episodes: int = 10, greedy: bool = False, seed:
         finally:
             env.close()
         level_returns[level] = returns
-        results["levels"][level] = {"mean_return": float(np.mean(returns)),
-                                    "std_return": float(np.std(returns)), "returns": returns}
+        results["levels"][level] = {
+            "mean_return": float(np.mean(returns)),
+            "std_return": float(np.std(returns)),
+            "returns": returns,
+        }
         if verbose:
             print(f"{level}: mean return {np.mean(returns):.2f} over {episodes} episodes")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
-            level_returns, per_level_cap=None)
+            level_returns, per_level_cap=None
+        )
         results["human_normalized_cap_100"] = scores.compute_human_normalized_score(
-            level_returns, per_level_cap=100)
+            level_returns, per_level_cap=100
+        )
         if verbose:
-            print(f"human-normalised score: {results['human_normalized_no_cap']:.1f} "
-                  f"(capped at 100 per level: {results['human_normalized_cap_100']:.1f})")
+            print(
+                f"human-normalised score: {results['human_normalized_no_cap']:.1f} "
+                f"(capped at 100 per level: {results['human_normalized_cap_100']:.1f})"
+            )
     except (KeyError, ValueError):
         pass  # levels without human/random reference scores
     (logdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")

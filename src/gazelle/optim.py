@@ -29,12 +29,13 @@ class RMSpropTF(torch.optim.Optimizer):
         eps: float = 1e-10,
     ) -> None:
         if lr < 0 or not 0.0 <= decay <= 1.0 or momentum < 0 or eps < 0:
-            raise ValueError(f"invalid RMSpropTF settings: lr={lr} decay={decay} "
-                             f"momentum={momentum} eps={eps}")
+            raise ValueError(
+                f"invalid RMSpropTF settings: lr={lr} decay={decay} momentum={momentum} eps={eps}"
+            )
         super().__init__(params, dict(lr=lr, decay=decay, momentum=momentum, eps=eps))
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Any:
         loss = None
         if closure is not None:
             with torch.enable_grad():

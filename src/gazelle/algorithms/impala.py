@@ -87,10 +87,10 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
         frames, updates, episodes = _restore(run, state)
         print(f"gazelle: resumed from {ckpt_path} at {frames:,} frames ({updates} updates)")
     logger = RunLogger(
-        logdir, total_frames=cfg.total_frames, resume_frames=frames if frames else None
+        logdir, total_frames=run.total_frames, resume_frames=frames if frames else None
     )
     _write_config(logdir, cfg)
-    frames_per_batch = cfg.batch_size * cfg.unroll_length * run.action_repeats
+    frames_per_batch = run.batch_size * run.unroll_length * run.action_repeats
     previous_handler = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -99,7 +99,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     signal.signal(signal.SIGTERM, on_sigterm)
     run.params.publish(run.agent, updates)
     run.actors.start()
-    prefetcher = Prefetcher(run.buffers.batches(cfg.batch_size, BATCH_TIMEOUT_S), run.device)
+    prefetcher = Prefetcher(run.buffers.batches(run.batch_size, BATCH_TIMEOUT_S), run.device)
     timings = Timings()
     interrupted = False
     start_time, start_frames = time.monotonic(), frames
@@ -107,7 +107,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     fps = 0.0
     recent_metrics: dict[str, Any] = {}
     try:
-        while frames < cfg.total_frames:
+        while frames < run.total_frames:
             t0 = time.perf_counter()
             batch = prefetcher.get(timeout=BATCH_TIMEOUT_S)
             t1 = time.perf_counter()
@@ -116,7 +116,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
             batch = _drop_stale(batch, updates, cfg.max_policy_lag)
             if batch is None:
                 continue
-            lr = polynomial_decay(cfg.learning_rate, frames, cfg.total_frames)
+            lr = polynomial_decay(run.learning_rate, frames, run.total_frames)
             metrics = run.learner.step(batch, lr)
             updates += 1
             frames += frames_per_batch
@@ -124,12 +124,16 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
             timings.add("learner", time.perf_counter() - t1)
             levels, returns, lengths = _episodes(batch)
             for level_id, ret, length in zip(levels, returns, lengths):
-                logger.episode(run.levels[level_id], float(ret),
-                               int(length) * run.action_repeats, frames)
+                logger.episode(
+                    run.levels[level_id], float(ret), int(length) * run.action_repeats, frames
+                )
             episodes += len(returns)
-            recent_metrics = {**metrics, "charts/learning_rate": lr,
-                              "charts/policy_lag": lag.float().mean(),
-                              "charts/policy_lag_max": lag.max()}
+            recent_metrics = {
+                **metrics,
+                "charts/learning_rate": lr,
+                "charts/policy_lag": lag.float().mean(),
+                "charts/policy_lag_max": lag.max(),
+            }
             for event in run.actors.poll():
                 _log_event(event)
             now = time.monotonic()
@@ -137,8 +141,9 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
                 fps = (frames - start_frames) / max(now - start_time, 1e-9)
                 _log(logger, run, recent_metrics, timings, frames, fps, batch)
                 if on_progress is not None:
-                    on_progress({"frames": frames, "fps": fps,
-                                 "episode_return": logger.recent_return()})
+                    on_progress(
+                        {"frames": frames, "fps": fps, "episode_return": logger.recent_return()}
+                    )
                 last_log = now
             if now - last_ckpt >= cfg.checkpoint_interval_s:
                 _save(run, ckpt_path, frames, updates, episodes)
@@ -156,16 +161,33 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
         logger.console_line(frames, fps, force=True)
         logger.close()
     levels_recent = {level: logger.recent_return(level) for level in run.levels}
-    return TrainResult(frames, updates, episodes, logger.recent_return(), levels_recent, fps,
-                       logdir, interrupted, sum(run.actors.restarts), run.actors.dropped_slots)
+    return TrainResult(
+        frames,
+        updates,
+        episodes,
+        logger.recent_return(),
+        levels_recent,
+        fps,
+        logdir,
+        interrupted,
+        sum(run.actors.restarts),
+        run.actors.dropped_slots,
+    )
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
-def _log(logger: RunLogger, run: RunSetup, metrics: dict[str, Any], timings: Timings,
-         frames: int, fps: float, batch: dict[str, torch.Tensor]) -> None:
+def _log(
+    logger: RunLogger,
+    run: RunSetup,
+    metrics: dict[str, Any],
+    timings: Timings,
+    frames: int,
+    fps: float,
+    batch: dict[str, torch.Tensor],
+) -> None:
     scalars = {**_floats(metrics), "charts/fps": fps, **timings.means()}
     scalars.update(run.scores(logger))
     logger.scalars(scalars, frames)
@@ -178,26 +200,33 @@ def _log(logger: RunLogger, run: RunSetup, metrics: dict[str, Any], timings: Tim
 def _log_event(event: dict[str, Any]) -> None:
     kind = event.get("type")
     if kind == "actor_restart":
-        print(f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
-              f"restarted, {event['dropped_slots']} half-written unroll(s) dropped")
+        print(
+            f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
+            f"restarted, {event['dropped_slots']} half-written unroll(s) dropped"
+        )
     elif kind == "actor_crash":
         print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")
     elif kind == "env_error":
-        print(f"\ngazelle: actor {event['actor']} env {event['env']} raised and was reset: "
-              f"{event['message']}")
+        print(
+            f"\ngazelle: actor {event['actor']} env {event['env']} raised and was reset: "
+            f"{event['message']}"
+        )
 
 
 def _save(run: RunSetup, path: Path, frames: int, updates: int, episodes: int) -> None:
-    checkpoint.save(path, {
-        "agent": run.agent.state_dict(),
-        "optimizer": run.optimizer.state_dict(),
-        "frames": frames,
-        "updates": updates,
-        "episodes": episodes,
-        "rng": checkpoint.rng_state(),
-        "config": run.config.to_dict(),
-        "levels": list(run.levels),
-    })
+    checkpoint.save(
+        path,
+        {
+            "agent": run.agent.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "frames": frames,
+            "updates": updates,
+            "episodes": episodes,
+            "rng": checkpoint.rng_state(),
+            "config": run.config.to_dict(),
+            "levels": list(run.levels),
+        },
+    )
 
 
 def _restore(run: RunSetup, state: dict[str, Any]) -> tuple[int, int, int]:

@@ -39,6 +39,23 @@ class RunSetup:
     params: ParamStore
     actors: LocalActors
 
+    # The resolved numbers every loop needs (never None after `resolve`).
+    @property
+    def batch_size(self) -> int:
+        return int(self.config.batch_size or 0)
+
+    @property
+    def unroll_length(self) -> int:
+        return int(self.config.unroll_length or 0)
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.config.total_frames or 0)
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.config.learning_rate or 0.0)
+
     def scores(self, logger: Any) -> dict[str, float]:
         """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
         every level is in a score table and has returns; {} otherwise."""
@@ -60,8 +77,9 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device: {name!r} asked for, but CUDA is not available here; "
-                         "allowed: auto | cpu")
+        raise ValueError(
+            f"--device: {name!r} asked for, but CUDA is not available here; allowed: auto | cpu"
+        )
     return device
 
 
@@ -86,8 +104,11 @@ def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int]:
     except (ValueError, KeyError, ImportError) as err:
         raise ConfigError("env", config.env, f"an env gazelle can make ({err})") from err
     if config.num_actors < len(levels):
-        raise ConfigError("num_actors", config.num_actors,
-                          f"at least {len(levels)}, one actor per level of --env {config.env}")
+        raise ConfigError(
+            "num_actors",
+            config.num_actors,
+            f"at least {len(levels)}, one actor per level of --env {config.env}",
+        )
     try:
         spec = obs_spec(env)
     finally:
@@ -104,7 +125,7 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     assert config.learning_rate and config.epsilon is not None
     assert config.entropy_cost is not None and config.total_frames
     random.seed(config.seed)
-    np.random.seed(config.seed)
+    np.random.seed(config.seed)  # noqa: NPY002 - seeds the global RNG that envs may use
     torch.manual_seed(config.seed)
     device = resolve_device(config.device)
     if device.type == "cpu":
@@ -113,10 +134,21 @@ def prepare(config: ImpalaConfig) -> RunSetup:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - config.num_actors))
     agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm, core_size=CORE_SIZE)
     agent.to(device)
-    optimizer = make_optimizer(config.optimizer, agent.parameters(), lr=config.learning_rate,
-                               decay=config.decay, momentum=config.momentum, eps=config.epsilon)
-    settings = LossSettings(config.discounting, config.baseline_cost, config.entropy_cost,
-                            config.reward_clipping, config.grad_norm_clip)
+    optimizer = make_optimizer(
+        config.optimizer,
+        agent.parameters(),
+        lr=config.learning_rate,
+        decay=config.decay,
+        momentum=config.momentum,
+        eps=config.epsilon,
+    )
+    settings = LossSettings(
+        config.discounting,
+        config.baseline_cost,
+        config.entropy_cost,
+        config.reward_clipping,
+        config.grad_norm_clip,
+    )
     learner = Learner(agent, optimizer, settings, device, config.precision)
     ctx = mp.get_context("spawn")
     layout = SlotLayout(config.unroll_length, spec, CORE_SIZE if config.use_lstm else 0)
@@ -145,5 +177,6 @@ def prepare(config: ImpalaConfig) -> RunSetup:
         for i in range(config.num_actors)
     ]
     actors = LocalActors(specs, buffers, params, ctx)
-    return RunSetup(config, levels, spec, repeats, device, agent, optimizer, learner, buffers,
-                    params, actors)
+    return RunSetup(
+        config, levels, spec, repeats, device, agent, optimizer, learner, buffers, params, actors
+    )

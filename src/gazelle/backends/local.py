@@ -82,9 +82,15 @@ class LocalActors:
             dropped = self.buffers.release_actor(actor_id)
             self.dropped_slots += dropped
             self.restarts[index] += 1
-            events.append({"type": "actor_restart", "actor": actor_id,
-                           "exitcode": process.exitcode, "dropped_slots": dropped,
-                           "restarts": self.restarts[index]})
+            events.append(
+                {
+                    "type": "actor_restart",
+                    "actor": actor_id,
+                    "exitcode": process.exitcode,
+                    "dropped_slots": dropped,
+                    "restarts": self.restarts[index],
+                }
+            )
             if self.restarts[index] > self.max_restarts:
                 raise RuntimeError(
                     f"actor {actor_id} died {self.restarts[index]} times (last exit code "

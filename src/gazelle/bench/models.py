@@ -105,11 +105,14 @@ def bench_torso(
     spec = ObsSpec(frame_shape, np.dtype(dtype), NUM_ACTIONS)
     agent = Agent(spec, torso=name)
     if channels_last is not None:
-        agent.torso.channels_last = channels_last
+        agent.torso.channels_last_act = agent.torso.channels_last_learn = channels_last
     result: dict[str, Any] = {
         "frame_shape": list(frame_shape),
         "params": sum(p.numel() for p in agent.parameters()),
-        "channels_last": agent.torso.channels_last,
+        "channels_last": {
+            "act": agent.torso.channels_last_act,
+            "learn": agent.torso.channels_last_learn,
+        },
         "act": {},
         "learner": {},
     }
@@ -118,7 +121,7 @@ def bench_torso(
         state = agent.initial_state(batch)
         act = partial(agent.act, obs, last_action, reward, done, state)
         per_call = _seconds_per_call(act, seconds_per_case, min_calls=3)
-        result["act"][str(batch)] = batch / per_call
+        result["act"][str(batch)] = round(batch / per_call, 1)
 
     shape = (unroll_length, learner_batch)
     inputs = _inputs(spec, shape, gen)
@@ -127,22 +130,22 @@ def bench_torso(
     for precision in precisions:
         step = partial(_learner_step, agent, optimiser, inputs, targets, precision == "bf16")
         per_step = _seconds_per_call(step, seconds_per_case, min_calls=1)
-        result["learner"][precision] = unroll_length * learner_batch / per_step
+        result["learner"][precision] = round(unroll_length * learner_batch / per_step, 1)
     return result
 
 
 def _header(batch_sizes: Sequence[int], precisions: Sequence[str]) -> str:
     acts = "".join(f"{f'act B={n}':>11}" for n in batch_sizes)
     learns = "".join(f"{f'learn {p}':>12}" for p in precisions)
-    return f"{'torso':<9}{'frame':>9}{'params':>9}{'ch_last':>8}{acts}{learns}"
+    return f"{'torso':<9}{'frame':>9}{'params':>9}{'ch_last':>9}{acts}{learns}"
 
 
 def _row(name: str, r: dict[str, Any]) -> str:
     frame = "x".join(str(d) for d in r["frame_shape"])
     acts = "".join(f"{v:>11,.0f}" for v in r["act"].values())
     learns = "".join(f"{v:>12,.0f}" for v in r["learner"].values())
-    flag = "yes" if r["channels_last"] else "no"
-    return f"{name:<9}{frame:>9}{r['params'] / 1e6:>8.2f}M{flag:>8}{acts}{learns}"
+    flag = "/".join("on" if r["channels_last"][use] else "off" for use in ("act", "learn"))
+    return f"{name:<9}{frame:>9}{r['params'] / 1e6:>8.2f}M{flag:>9}{acts}{learns}"
 
 
 def run(
@@ -165,7 +168,8 @@ def run(
         unroll_length, learner_batch: the learner's `[T, B]` unroll.
         seconds_per_case: time spent per measurement, after one warm-up call.
         precision: learner precision: "fp32", "bf16" (autocast) or "both".
-        channels_last: override every torso's input layout (None: each torso's default).
+        channels_last: override every torso's input layout, acting and learning (None: each
+            torso's measured defaults).
         num_threads: torch threads while measuring (1: per-core figures).
         frame_shapes: frame shape per torso (default `DEFAULT_FRAMES`).
 

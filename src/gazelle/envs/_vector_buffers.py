@@ -130,17 +130,3 @@ def create_segment(nbytes: int) -> Segment:
         except FileExistsError:
             continue
     raise RuntimeError("could not find a free shared-memory segment name")
-
-
-def unlink_quietly(name: str) -> None:
-    """Unlink the segment `name` if it still exists (idempotent; any process may call it)."""
-    try:
-        seg = Segment(name=name, create=False)
-    except (FileNotFoundError, OSError):
-        return
-    try:
-        seg.unlink()
-    except FileNotFoundError:
-        pass
-    finally:
-        seg.close()

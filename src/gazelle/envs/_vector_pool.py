@@ -1,4 +1,5 @@
-"""The worker processes of a `VectorEnv`: start, command with timeouts, shut down.
+"""The worker processes of a `VectorEnv`: start, command with timeouts, shut down; and
+the `ObsSpec` of the spaces that the envs report.
 
 Every wait here has a timeout, and a worker that dies is noticed at once (its pipe reaches
 EOF and its process sentinel becomes ready), so `command()` raises instead of hanging.
@@ -10,7 +11,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -18,10 +19,48 @@ import gymnasium as gym
 import numpy as np
 
 from gazelle.envs._vector_buffers import Segment, batch_nbytes, create_segment
-from gazelle.envs._vector_worker import CMD_CLOSE, worker_main
-from gazelle.types import ObsSpec
+from gazelle.envs._vector_worker import CMD_CLOSE, CMD_STEP, worker_main
+from gazelle.types import FRAME, INSTRUCTION, ObsSpec
 
 _CONTEXTS = ("spawn", "forkserver")
+
+
+def obs_spec_from_spaces(observation_space: gym.Space, action_space: gym.Space) -> ObsSpec:
+    """`ObsSpec` of an env with a Dict (`frame` Box, optional `instruction` Text) or Box
+    observation space and a `Discrete(n)` action space."""
+    has_instruction = False
+    frame_space = observation_space
+    if isinstance(observation_space, gym.spaces.Dict):
+        frame_space = observation_space[FRAME]
+        has_instruction = INSTRUCTION in observation_space.spaces
+    if not isinstance(frame_space, gym.spaces.Box):
+        raise TypeError(f"frame space must be a Box, got {frame_space}")
+    if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
+        raise TypeError(f"action space must be Discrete(n) starting at 0, got {action_space}")
+    return ObsSpec(
+        frame_shape=tuple(frame_space.shape),
+        frame_dtype=np.dtype(frame_space.dtype),
+        num_actions=int(action_space.n),
+        has_instruction=has_instruction,
+    )
+
+
+def check_seeds(seeds: Iterable[int] | None, num_envs: int) -> list[int | None]:
+    """One seed (or None) per env."""
+    if seeds is None:
+        return [None] * num_envs
+    seed_list: list[int | None] = [int(s) for s in seeds]
+    if len(seed_list) != num_envs:
+        raise ValueError(f"seeds has {len(seed_list)} entries for {num_envs} envs")
+    return seed_list
+
+
+def common_spec(spaces: Sequence[tuple[gym.Space, gym.Space]]) -> ObsSpec:
+    """The `ObsSpec` shared by envs with these (observation, action) spaces."""
+    specs = {obs_spec_from_spaces(obs, act) for obs, act in spaces}
+    if len(specs) != 1:
+        raise ValueError(f"envs differ in observation or action spaces: {specs}")
+    return specs.pop()
 
 
 class WorkerPool:
@@ -76,7 +115,9 @@ class WorkerPool:
                     [self._seeds[i] for i in group],
                 ),
                 name=f"gazelle-env-worker-{w}",
-                # why: daemonic, so multiprocessing's exit handler stops any worker left.
+                # why: daemonic, so multiprocessing's exit handler stops any worker left
+                # (a non-daemonic one would be joined forever). So env factories cannot
+                # start multiprocessing children, and the parent must not be daemonic.
                 daemon=True,
             )
             proc.start()
@@ -119,7 +160,7 @@ class WorkerPool:
         workers = list(range(len(self.groups)))
         for w in workers:
             self._send(w, cmd)
-        reports = self._gather(workers, timeout, "step" if cmd == b"s" else "reset", "ok")
+        reports = self._gather(workers, timeout, "step" if cmd == CMD_STEP else "reset", "ok")
         self._in_sync = True
         return reports
 

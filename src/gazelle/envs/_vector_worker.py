@@ -212,7 +212,8 @@ def worker_main(
             slot.close()
         if not slots:
             for env in envs:
-                env.close()
+                with contextlib.suppress(Exception):
+                    env.close()
         if segment is not None:
             if parent_gone:
                 with contextlib.suppress(FileNotFoundError):

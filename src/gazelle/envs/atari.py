@@ -82,7 +82,7 @@ class AtariEnv(gymnasium.Env):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"Atari render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.render_mode = render_mode
-        self._game = game
+        self.game = game
         self._skip, self._life_loss, self._noop_max = frame_skip, life_loss, noop_max
         self._max_frames, self._max_pool = max_frames, max_pool and frame_skip >= 2
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)

@@ -25,35 +25,43 @@ StepResult = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 class MemoryEnv(gymnasium.Env):
     """Remember a cue across a delay.
 
-    The first observation shows a cue (`+1` or `-1`); the next `delay` observations show
-    none. The last of them is the query (query channel 1): the action taken on it ends the
-    episode with reward `+1` if it matches the cue (action 0 for `+1`, 1 for `-1`), else
-    `wrong_reward`. Earlier actions do nothing. An episode is `delay + 1` agent steps.
+    The first observation shows a cue (`+1` or `-1`); the next `d` observations show none,
+    `d` drawn uniformly from `min_delay..delay` per episode. The last of them is the query
+    (query channel 1): the action taken on it ends the episode with reward `+1` if it matches
+    the cue (action 0 for `+1`, 1 for `-1`), else `wrong_reward`. Earlier actions do nothing.
+    An episode is `d + 1` agent steps.
 
-    `frame` float32 `[3]`: `(cue, query flag, elapsed fraction t / delay)`.
+    Episodes with `d` >= the unroll length put cue and query in different unrolls: only an
+    agent whose LSTM state is carried across unrolls solves them. The short ones make the
+    task learnable with truncated backpropagation through time (with every `d` = 30 and
+    unrolls of 20, nothing teaches the LSTM to store the cue).
+
+    `frame` float32 `[3]`: `(cue, query flag, t / delay)`.
     Optimal return 1; any agent without memory of the cue: `(1 + wrong_reward) / 2` (0).
     """
 
-    def __init__(self, delay: int = 30, wrong_reward: float = -1.0) -> None:
-        if delay < 1:
-            raise ValueError(f"delay must be >= 1, got {delay}")
-        self.delay, self.wrong_reward = delay, wrong_reward
+    def __init__(self, delay: int = 30, min_delay: int = 1, wrong_reward: float = -1.0) -> None:
+        if not 1 <= min_delay <= delay:
+            raise ValueError(f"need 1 <= min_delay <= delay, got {min_delay}, {delay}")
+        self.delay, self.min_delay, self.wrong_reward = delay, min_delay, wrong_reward
+        self._delay = delay
         self.observation_space = spaces.Dict({FRAME: spaces.Box(-1.0, 1.0, (3,), np.float32)})
         self.action_space = spaces.Discrete(2)
         self._cue, self._t = 0, 0
 
     def _obs(self) -> dict[str, Any]:
         cue = (1.0 if self._cue == 0 else -1.0) if self._t == 0 else 0.0
-        query = 1.0 if self._t == self.delay else 0.0
+        query = 1.0 if self._t == self._delay else 0.0
         return {FRAME: np.array([cue, query, self._t / self.delay], np.float32)}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self._cue, self._t = int(self.np_random.integers(2)), 0
+        self._delay = int(self.np_random.integers(self.min_delay, self.delay + 1))
         return self._obs(), {}
 
     def step(self, action: Any) -> StepResult:
-        if self._t < self.delay:
+        if self._t < self._delay:
             self._t += 1
             return self._obs(), 0.0, False, False, {"game_over": False}
         reward = 1.0 if int(action) == self._cue else self.wrong_reward
@@ -68,17 +76,23 @@ class InstructionEnv(gymnasium.Env):
     """Choose the item the instruction names.
 
     Each episode is one step. The frame shows `num_items` slots, each holding an item of a
-    distinct colour and a random shape; the instruction ("go to the red ball") names one of
-    them. Action `i` picks slot `i`: reward 1 for the named item, else 0.
+    distinct colour; the instruction ("go to the red ball") names one of them, uniformly.
+    Action `i` picks slot `i`: reward 1 for the named item, else 0.
+
+    By default the items and their slots are the same in every episode (red ball, green box,
+    blue key, yellow ball, ...): the frame never changes, so the instruction alone decides
+    the answer, which a small instruction encoder learns in a few thousand episodes. With
+    `shuffle=True` each episode draws new colours, shapes and slots: the agent must also
+    match the named colour against the frame (much slower to learn).
 
     `frame` float32 `[num_items * 9]`: per slot a one-hot colour (6) and a one-hot shape (3).
     Optimal return 1; an agent that ignores the instruction: `1 / num_items` (0.25).
     """
 
-    def __init__(self, num_items: int = 4) -> None:
+    def __init__(self, num_items: int = 4, shuffle: bool = False) -> None:
         if not 2 <= num_items <= len(COLORS):
             raise ValueError(f"num_items must be in 2..{len(COLORS)}, got {num_items}")
-        self.num_items = num_items
+        self.num_items, self.shuffle = num_items, shuffle
         size = num_items * (len(COLORS) + len(SHAPES))
         self.observation_space = spaces.Dict(
             {FRAME: spaces.Box(0.0, 1.0, (size,), np.float32), INSTRUCTION: instruction_space()}
@@ -90,8 +104,12 @@ class InstructionEnv(gymnasium.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         rng = self.np_random
-        colors = rng.choice(len(COLORS), self.num_items, replace=False)
-        shapes = rng.integers(len(SHAPES), size=self.num_items)
+        if self.shuffle:
+            colors = rng.choice(len(COLORS), self.num_items, replace=False)
+            shapes = rng.integers(len(SHAPES), size=self.num_items)
+        else:
+            colors = np.arange(self.num_items)
+            shapes = np.arange(self.num_items) % len(SHAPES)
         slots = np.zeros((self.num_items, len(COLORS) + len(SHAPES)), np.float32)
         slots[np.arange(self.num_items), colors] = 1.0
         # why: shape one-hots follow the colour block in each slot.

@@ -27,15 +27,14 @@ from typing import Any, NamedTuple, TypeVar
 import gymnasium as gym
 import numpy as np
 
-from gazelle.envs._vector_buffers import BatchArrays, batch_arrays
-from gazelle.envs._vector_pool import WorkerPool
+from gazelle.envs._vector_buffers import SHM_PREFIX, BatchArrays, batch_arrays
+from gazelle.envs._vector_pool import WorkerPool, check_seeds, common_spec, obs_spec_from_spaces
 from gazelle.envs._vector_worker import CMD_RESET, CMD_STEP, EnvSlot
 from gazelle.types import FRAME, INSTRUCTION, ObsSpec
 
-__all__ = ["BatchStep", "SerialEnvs", "VectorEnv", "obs_spec_from_spaces"]
+__all__ = ["SHM_PREFIX", "BatchStep", "SerialEnvs", "VectorEnv", "obs_spec_from_spaces"]
 
-#: A batched observation: `frame` `[N, ...]` and, for instruction tasks, `instruction`
-#: (a list of `N` str).
+#: A batched observation: `frame` `[N, ...]`, and `instruction` (`N` str) if the task has one.
 BatchObs = dict[str, Any]
 
 _Batch = TypeVar("_Batch", bound="_EnvBatch")
@@ -68,35 +67,6 @@ class BatchStep(NamedTuple):
     errors: list[tuple[int, str]]
 
 
-def obs_spec_from_spaces(observation_space: gym.Space, action_space: gym.Space) -> ObsSpec:
-    """`ObsSpec` of an env with a Dict (`frame` Box, optional `instruction` Text) or Box
-    observation space and a `Discrete(n)` action space."""
-    has_instruction = False
-    frame_space = observation_space
-    if isinstance(observation_space, gym.spaces.Dict):
-        frame_space = observation_space[FRAME]
-        has_instruction = INSTRUCTION in observation_space.spaces
-    if not isinstance(frame_space, gym.spaces.Box):
-        raise TypeError(f"frame space must be a Box, got {frame_space}")
-    if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
-        raise TypeError(f"action space must be Discrete(n) starting at 0, got {action_space}")
-    return ObsSpec(
-        frame_shape=tuple(frame_space.shape),
-        frame_dtype=np.dtype(frame_space.dtype),
-        num_actions=int(action_space.n),
-        has_instruction=has_instruction,
-    )
-
-
-def _check_seeds(seeds: Iterable[int] | None, num_envs: int) -> list[int | None]:
-    if seeds is None:
-        return [None] * num_envs
-    seed_list: list[int | None] = [int(s) for s in seeds]
-    if len(seed_list) != num_envs:
-        raise ValueError(f"seeds has {len(seed_list)} entries for {num_envs} envs")
-    return seed_list
-
-
 class _EnvBatch:
     """What both batch types share: the arrays, batching of observations and results."""
 
@@ -111,6 +81,7 @@ class _EnvBatch:
         self._frames = arrays.frame.view()
         self._frames.flags.writeable = False
         self._needs_reset = True
+        self._closed = False
 
     def _obs(self) -> BatchObs:
         obs: BatchObs = {FRAME: self._frames}
@@ -119,6 +90,8 @@ class _EnvBatch:
         return obs
 
     def _set_actions(self, actions: np.ndarray) -> None:
+        if self._closed:
+            raise RuntimeError("the env batch is closed")
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions)
@@ -171,17 +144,14 @@ class SerialEnvs(_EnvBatch):
         if not env_fns:
             raise ValueError("env_fns is empty")
         self.num_envs = len(env_fns)
-        seed_list = _check_seeds(seeds, self.num_envs)
+        seed_list = check_seeds(seeds, self.num_envs)
         envs = [fn() for fn in env_fns]
         try:
-            specs = {obs_spec_from_spaces(e.observation_space, e.action_space) for e in envs}
-            if len(specs) != 1:
-                raise ValueError(f"envs differ in observation or action spaces: {specs}")
+            self.obs_spec = common_spec([(e.observation_space, e.action_space) for e in envs])
         except Exception:
             for env in envs:
                 env.close()
             raise
-        self.obs_spec = specs.pop()
         self._init_arrays(
             batch_arrays(self.num_envs, self.obs_spec.frame_shape, self.obs_spec.frame_dtype)
         )
@@ -192,6 +162,8 @@ class SerialEnvs(_EnvBatch):
 
     def reset(self) -> BatchObs:
         """Reset every env (a new game, totals to 0) and return the batched observation."""
+        if self._closed:
+            raise RuntimeError("the env batch is closed")
         for slot in self._slots:
             slot.reset()
             self._instructions[slot.index] = slot.instruction
@@ -217,6 +189,7 @@ class SerialEnvs(_EnvBatch):
         for slot in self._slots:
             slot.close()
         self._slots = []
+        self._closed = True
 
 
 class VectorEnv(_EnvBatch):
@@ -224,10 +197,12 @@ class VectorEnv(_EnvBatch):
 
     Worker `w` owns a contiguous group of envs and steps them one after the other; the
     parent writes the actions to shared memory, sends one byte per worker, and waits for
-    every worker's (usually empty) reply, with a timeout. Workers exit when the parent
-    closes the batch, and also when it dies (their pipe reaches EOF); the segment is
-    unlinked by `close()`, at interpreter exit, when the object is collected, and by a
-    worker that sees its parent die.
+    every worker's (usually empty) reply, with a timeout. Workers ignore SIGINT and exit
+    when the parent closes the batch or dies (their pipe reaches EOF). The segment
+    (`/dev/shm/gzvec_<parent pid>_*`) is unlinked by `close()`, when the object is
+    collected, at interpreter exit (also after a KeyboardInterrupt), by a worker that sees
+    its parent die, and by multiprocessing's resource tracker once parent and workers are
+    gone. It leaks only if all of them are SIGKILLed at once (`kill -9` of the group).
 
     Args:
         env_fns: one picklable factory per env (e.g. `functools.partial` of a module-level
@@ -256,16 +231,12 @@ class VectorEnv(_EnvBatch):
             raise ValueError("env_fns is empty")
         self.num_envs = len(env_fns)
         self._timeout = timeout
-        self._pool = WorkerPool(env_fns, _check_seeds(seeds, self.num_envs), num_workers, context)
+        self._pool = WorkerPool(env_fns, check_seeds(seeds, self.num_envs), num_workers, context)
         # why: the workers and the segment are released even without close(): when this
         # object is collected, or at interpreter exit (also after a KeyboardInterrupt).
         self._finalizer = weakref.finalize(self, self._pool.shutdown)
         try:
-            spaces = self._pool.start(start_timeout)
-            specs = {obs_spec_from_spaces(obs, act) for obs, act in spaces}
-            if len(specs) != 1:
-                raise ValueError(f"envs differ in observation or action spaces: {specs}")
-            self.obs_spec = specs.pop()
+            self.obs_spec = common_spec(self._pool.start(start_timeout))
             buffer = self._pool.attach(self.obs_spec, start_timeout)
         except BaseException:
             self._pool.shutdown()
@@ -313,3 +284,4 @@ class VectorEnv(_EnvBatch):
         the shared memory. Idempotent."""
         self._pool.shutdown(timeout)
         self._finalizer.detach()
+        self._closed = True

@@ -69,9 +69,10 @@ class LSTMCore(nn.Module):
         with torch.autocast(inputs.device.type, enabled=False):
             inputs = inputs.float()
             num_steps = inputs.shape[0]
-            if fast:
+            if fast and num_steps > 1:
                 # why: a stretch starts at 0 and at every step where some element is done;
                 # within a stretch only its first step can reset, so it runs in one call.
+                # The +1 maps indices of done[1:] back to steps.
                 any_done = done[1:].any(dim=1).nonzero().flatten() + 1
                 starts = [0, *any_done.tolist()]
             else:

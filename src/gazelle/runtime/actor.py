@@ -8,6 +8,7 @@ a `ParamStore`, both handed to it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import traceback
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gazelle.models import Agent
 from gazelle.runtime.buffers import UnrollBuffers
 from gazelle.runtime.params import ParamStore
 from gazelle.types import INSTRUCTION, ObsSpec
@@ -40,9 +42,7 @@ class ActorSpec:
     slot_timeout_s: float = 600.0
 
 
-def build_agent(spec: ActorSpec) -> torch.nn.Module:
-    from gazelle.models import Agent
-
+def build_agent(spec: ActorSpec) -> Agent:
     return Agent(spec.obs_spec, torso=spec.torso, use_lstm=spec.use_lstm)
 
 
@@ -124,7 +124,9 @@ class Actor:
         if not cut:
             return values
         finals = [step.final_obs[j] for j in cut]
-        obs = {k: np.stack([f[k] for f in finals]) for k in finals[0] if k != INSTRUCTION}
+        obs: dict[str, Any] = {
+            k: np.stack([f[k] for f in finals]) for k in finals[0] if k != INSTRUCTION
+        }
         if INSTRUCTION in finals[0]:
             obs[INSTRUCTION] = [f[INSTRUCTION] for f in finals]
         index = torch.tensor(cut)
@@ -156,8 +158,9 @@ class Actor:
             )
             step = self.envs.step(out.action.numpy())
             for index, message in step.errors:
-                self.report({"type": "env_error", "actor": spec.actor_id, "env": index,
-                             "message": message})
+                self.report(
+                    {"type": "env_error", "actor": spec.actor_id, "env": index, "message": message}
+                )
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
             self.last = {
                 "reward": reward,
@@ -167,9 +170,7 @@ class Actor:
                 "episode_return": torch.from_numpy(
                     np.asarray(step.episode_return, dtype=np.float32)
                 ),
-                "episode_length": torch.from_numpy(
-                    np.asarray(step.episode_length, dtype=np.int64)
-                ),
+                "episode_length": torch.from_numpy(np.asarray(step.episode_length, dtype=np.int64)),
                 "truncation_value": self._truncation_values(step, out, reward),
                 "action": out.action,
                 "baseline": out.baseline.float(),
@@ -203,10 +204,9 @@ def actor_process(
     torch.manual_seed(spec.seed)
 
     def report(event: dict[str, Any]) -> None:
-        try:
+        # why: a full event queue must never stop an actor.
+        with contextlib.suppress(Exception):
             events.put_nowait(event)
-        except Exception:  # noqa: BLE001 - a full event queue must never stop an actor
-            pass
 
     actor = None
     try:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from gazelle.losses import actor_critic, vtrace
+from gazelle.models import Agent
 from gazelle.types import INSTRUCTION
 
 
@@ -32,7 +33,7 @@ class LossSettings:
 
 
 def impala_loss(
-    agent: nn.Module, batch: dict[str, torch.Tensor], settings: LossSettings
+    agent: Agent, batch: dict[str, torch.Tensor], settings: LossSettings
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IMPALA's loss on one batch of `[T+1, B]` unrolls (the seed's `build_learner`)."""
     obs = {"frame": batch["frame"]}
@@ -81,7 +82,7 @@ class Learner:
 
     def __init__(
         self,
-        agent: nn.Module,
+        agent: Agent,
         optimizer: torch.optim.Optimizer,
         settings: LossSettings,
         device: torch.device,
@@ -140,7 +141,7 @@ class Prefetcher:
                         continue
                 if self._stop.is_set():
                     return
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+        except BaseException as err:
             self._queue.put(err)
 
     def get(self, timeout: float) -> dict[str, torch.Tensor]:
