@@ -29,6 +29,9 @@ Next:
   check speed:   gazelle bench"""
 
 
+BENCHES = ("train", "models", "env")
+
+
 @functools.cache
 def field_docs() -> dict[str, str]:
     """Field name -> its docstring (the string literal right after it in the class body)."""
@@ -184,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
     test.add_argument("--seed", type=_number(int), default=1)
     bench = sub.add_parser("bench", help="measure speed: train (default), models or env")
-    bench.add_argument("what", nargs="?", choices=["train", "models", "env"], default="train")
+    bench.add_argument("what", nargs="?", choices=BENCHES, default="train")
     plot = sub.add_parser("plot", help="plot progress.jsonl of one or more runs to a PNG")
     plot.add_argument("logdirs", nargs="+")
     plot.add_argument("--out", default="progress.png")
@@ -197,9 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
-        # why: `gazelle bench X --flags` hands its flags to the bench module's own parser.
-        args, rest = parser.parse_known_args(argv)
-        return cmd_bench(args, rest)
+        # why: `gazelle bench [X] --flags` hands its flags to the bench module's own parser.
+        what = argv[1] if len(argv) > 1 and argv[1] in BENCHES else "train"
+        rest = argv[2:] if len(argv) > 1 and argv[1] in BENCHES else argv[1:]
+        return cmd_bench(argparse.Namespace(what=what), rest)
     args = parser.parse_args(argv)
     try:
         if args.command == "train":

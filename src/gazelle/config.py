@@ -47,6 +47,8 @@ class ImpalaConfig:
     """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors, else deep."""
     use_lstm: bool = True
     """LSTM core (256) after the torso; off gives a feed-forward agent."""
+    use_instruction: bool = True
+    """Feed the env's instruction text to the language encoder (off: ablation)."""
     # --- actors ---
     num_actors: int = 2
     """Actor processes (the seed's default is 4 on a big machine; 2 suits a laptop)."""
@@ -61,6 +63,8 @@ class ImpalaConfig:
     """Agent steps per unroll, T (seed: 100)."""
     total_frames: int | None = None
     """Env frames to train for (agent steps x action repeats)."""
+    max_seconds: float | None = None
+    """Also stop after this many seconds of training (fixed-time runs, benchmarks)."""
     learning_rate: float | None = None
     """Initial learning rate, decayed linearly to 0 over total_frames (seed: 0.00048)."""
     decay: float = 0.99
@@ -116,10 +120,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         envs_per_actor=8,
         batch_size=16,
         unroll_length=20,
-        total_frames=400_000,
-        learning_rate=0.002,
+        total_frames=1_000_000,
+        learning_rate=0.004,
         epsilon=0.01,
-        entropy_cost=0.01,
+        entropy_cost=0.003,
     ),
     # Atari: the IMPALA paper's Atari settings (Table G.1), with the seed's optimiser.
     "atari": dict(
@@ -154,9 +158,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def env_family(env: str, frame_is_image: bool) -> str:
-    """Preset name for an env spec: atari, dmlab, image or vector."""
+def env_family(env: str, frame_is_image: bool, env_kind: str | None = None) -> str:
+    """Preset name for an env spec: atari, dmlab, image or vector.
+
+    `env_kind` is what `gazelle.envs.registry.resolve` found (atari, dmlab, minigrid, gym);
+    without it, the spec's prefix decides.
+    """
     first = env.split(",")[0].strip()
+    if env_kind in ("atari", "dmlab"):
+        return env_kind
     if first == "dmlab30" or first.startswith("dmlab:"):
         return "dmlab"
     if first.startswith("ALE/"):
@@ -164,9 +174,11 @@ def env_family(env: str, frame_is_image: bool) -> str:
     return "image" if frame_is_image else "vector"
 
 
-def resolve(config: ImpalaConfig, frame_is_image: bool) -> ImpalaConfig:
+def resolve(
+    config: ImpalaConfig, frame_is_image: bool, env_kind: str | None = None
+) -> ImpalaConfig:
     """Fill the fields left None from the env family's preset; pick the torso for `auto`."""
-    preset = PRESETS[env_family(config.env, frame_is_image)]
+    preset = PRESETS[env_family(config.env, frame_is_image, env_kind)]
     updates = {k: v for k, v in preset.items() if getattr(config, k) is None}
     if config.model == "auto":
         updates["model"] = "deep" if frame_is_image else "mlp"
@@ -210,6 +222,7 @@ def validate(config: ImpalaConfig) -> ImpalaConfig:
     for name in ("learning_rate", "epsilon"):
         positive(name, integer=False, allow_none=True)
     positive("checkpoint_interval_s", integer=False)
+    positive("max_seconds", integer=False, allow_none=True)
     positive("log_interval_s", integer=False)
     positive("grad_norm_clip", integer=False, allow_none=True)
     positive("max_policy_lag", allow_none=True)

@@ -9,6 +9,7 @@ human-normalised score where the levels have reference scores, and writes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,16 @@ def evaluate(
         "levels": {},
     }
     agent = None
-    encode = ObsEncoder(32)
+    encode = ObsEncoder(32, config.use_instruction)
     level_returns: dict[str, list[float]] = {}
     for index, level in enumerate(levels):
         env = make(level, seed=seed + index, test_mode=True, **env_kwargs(config))
         try:
             if agent is None:
-                agent = Agent(obs_spec(env), torso=config.model, use_lstm=config.use_lstm)
+                spec = obs_spec(env)
+                if not config.use_instruction:
+                    spec = dataclasses.replace(spec, has_instruction=False)
+                agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm)
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(agent, env, episodes, greedy, encode, seed + index)

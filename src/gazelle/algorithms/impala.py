@@ -107,7 +107,8 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     fps = 0.0
     recent_metrics: dict[str, Any] = {}
     try:
-        while frames < run.total_frames:
+        deadline = start_time + (cfg.max_seconds or float("inf"))
+        while frames < run.total_frames and time.monotonic() < deadline:
             t0 = time.perf_counter()
             batch = prefetcher.get(timeout=BATCH_TIMEOUT_S)
             t1 = time.perf_counter()
@@ -142,7 +143,13 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
                 _log(logger, run, recent_metrics, timings, frames, fps, batch)
                 if on_progress is not None:
                     on_progress(
-                        {"frames": frames, "fps": fps, "episode_return": logger.recent_return()}
+                        {
+                            "frames": frames,
+                            "fps": fps,
+                            "time": now,
+                            "updates": updates,
+                            "episode_return": logger.recent_return(),
+                        }
                     )
                 last_log = now
             if now - last_ckpt >= cfg.checkpoint_interval_s:

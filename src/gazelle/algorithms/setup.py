@@ -94,9 +94,11 @@ def env_kwargs(config: ImpalaConfig) -> dict[str, Any]:
     return kwargs
 
 
-def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int]:
-    """Levels, observation spec and action repeats, from one env of the first level."""
+def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int, str]:
+    """Levels, observation spec, action repeats and env kind, from one env of the first
+    level."""
     from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec
+    from gazelle.envs.registry import resolve as resolve_env
 
     try:
         levels = expand_levels(config.env, test_mode=False)
@@ -114,13 +116,16 @@ def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int]:
     finally:
         env.close()
     repeats = config.num_action_repeats or default_action_repeats(levels[0])
-    return levels, spec, repeats
+    kind = "dmlab" if levels[0].startswith("dmlab:") else resolve_env(levels[0]).kind
+    return levels, spec, repeats, kind
 
 
 def prepare(config: ImpalaConfig) -> RunSetup:
     validate(config)
-    levels, spec, repeats = probe(config)
-    config = validate(resolve(config, spec.is_image))
+    levels, spec, repeats, kind = probe(config)
+    config = validate(resolve(config, spec.is_image, kind))
+    if not config.use_instruction:
+        spec = dataclasses.replace(spec, has_instruction=False)
     assert config.batch_size and config.unroll_length and config.envs_per_actor
     assert config.learning_rate and config.epsilon is not None
     assert config.entropy_cost is not None and config.total_frames

@@ -60,9 +60,10 @@ def make_env_batch(spec: ActorSpec) -> Any:
 class ObsEncoder:
     """Batched env obs (numpy, instruction text) -> agent obs tensors (token ids)."""
 
-    def __init__(self, instruction_tokens: int) -> None:
+    def __init__(self, instruction_tokens: int, use_instruction: bool = True) -> None:
         from gazelle.models import tokenize
 
+        self.use_instruction = use_instruction
         self._tokens = functools.lru_cache(maxsize=4096)(
             lambda text: torch.from_numpy(tokenize([text], max_tokens=instruction_tokens)[0])
         )
@@ -70,7 +71,7 @@ class ObsEncoder:
     def __call__(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
         # why: copy, since env batches hand out read-only views of their own memory.
         out = {"frame": torch.tensor(np.asarray(obs["frame"]))}
-        if INSTRUCTION in obs:
+        if self.use_instruction and INSTRUCTION in obs:
             out[INSTRUCTION] = torch.stack([self._tokens(text) for text in obs[INSTRUCTION]])
         return out
 
@@ -89,7 +90,7 @@ class Actor:
         self.agent = build_agent(spec)
         self.agent.eval()
         self.envs = make_env_batch(spec)
-        self.encode = ObsEncoder(spec.instruction_tokens)
+        self.encode = ObsEncoder(spec.instruction_tokens, spec.obs_spec.has_instruction)
         self.version = -1
         num_envs = spec.envs_per_actor
         # The persistent "last step" (index 0 of the next unroll), as in the seed's actor.

@@ -1,0 +1,260 @@
+"""`gazelle bench` (train): how close real training runs to what this machine can do.
+
+In one invocation, on one machine:
+
+1. each part alone, on one core (one torch thread, CPU time measured):
+   - env: agent steps/s with random actions and the run's preprocessing;
+   - inference: `Agent.act` samples/s at the batch the run's actors use (envs per actor);
+   - learner: samples/s of `Learner.step` (the real IMPALA loss and optimiser) on a
+     `[T+1, B]` batch of the run's shape and precision;
+2. real training (`gazelle.algorithms.impala.train`) for a fixed wall time with that config.
+
+The machine's limit is `cores / (env + inference + learner core-seconds per agent step)`
+agent steps/s (times action repeats for frames/s), and the efficiency is the training
+frames/s over that limit. Frames are env frames (4 per agent step on Atari).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gazelle.config import ImpalaConfig
+
+WARMUP_FRACTION = 0.25
+
+
+def _per_core_rate(fn: Callable[[], int], seconds: float) -> float:
+    """Items per CPU-second of this process (one thread), calling fn until `seconds` pass."""
+    fn()  # warm up (allocations, lazy init)
+    items, cpu0, wall0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - wall0 < seconds:
+        items += fn()
+    return items / max(time.process_time() - cpu0, 1e-9)
+
+
+def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
+    """Agent steps per core-second, random actions."""
+    from gazelle.envs import make
+
+    env = make(level, seed=0, **env_kwargs)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n = int(env.action_space.n)
+
+    def steps() -> int:
+        for _ in range(100):
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(n)))
+            if terminated or truncated:
+                env.reset()
+        return 100
+
+    try:
+        return _per_core_rate(steps, seconds)
+    finally:
+        env.close()
+
+
+def _fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    frame_shape = (*shape, *spec.frame_shape)
+    if spec.is_image:
+        obs = {"frame": torch.randint(0, 255, frame_shape, dtype=torch.uint8)}
+    else:
+        obs = {"frame": torch.randn(frame_shape)}
+    if spec.has_instruction:
+        obs["instruction"] = torch.randint(1, 1000, (*shape, 8))
+    return obs
+
+
+def inference_rate(run: Any, batch: int, seconds: float) -> float:
+    """`Agent.act` samples per core-second at `batch` envs."""
+    from gazelle.models import Agent
+
+    cfg = run.config
+    agent = Agent(run.obs_spec, torso=cfg.model, use_lstm=cfg.use_lstm).eval()
+    obs = _fake_obs(run.obs_spec, (batch,))
+    state = agent.initial_state(batch)
+    action = torch.zeros(batch, dtype=torch.long)
+    reward, done = torch.zeros(batch), torch.zeros(batch, dtype=torch.bool)
+
+    def call() -> int:
+        agent.act(obs, action, reward, done, state)
+        return batch
+
+    return _per_core_rate(call, seconds)
+
+
+def learner_rate(run: Any, seconds: float) -> float:
+    """Learner samples (agent steps) per core-second on a batch of the run's shape."""
+    t, b = run.unroll_length, run.batch_size
+    spec = run.obs_spec
+    batch: dict[str, torch.Tensor] = {
+        **_fake_obs(spec, (t + 1, b)),
+        "action": torch.randint(0, spec.num_actions, (t + 1, b)),
+        "policy_logits": torch.randn(t + 1, b, spec.num_actions),
+        "reward": torch.randn(t + 1, b),
+        "terminated": torch.rand(t + 1, b) < 0.01,
+        "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
+        "truncation_value": torch.zeros(t + 1, b),
+    }
+    if run.config.use_lstm:
+        batch["state_h"], batch["state_c"] = run.agent.initial_state(b)
+    batch = {k: v.to(run.device) for k, v in batch.items()}
+
+    def call() -> int:
+        run.learner.step(batch, 1e-6)
+        return t * b
+
+    return _per_core_rate(call, seconds)
+
+
+def measure_parts(config: ImpalaConfig, seconds: float) -> dict[str, Any]:
+    """Per-core rates of env, inference and learner for `config`'s run."""
+    from gazelle.algorithms.setup import env_kwargs, prepare
+
+    threads = torch.get_num_threads()
+    run = prepare(config)  # builds the run's agent/learner; actors are not started
+    torch.set_num_threads(1)
+    try:
+        envs_per_actor = int(run.config.envs_per_actor or 1)
+        rates = {
+            "env_steps_per_core_s": env_rate(run.levels[0], env_kwargs(run.config), seconds),
+            "inference_samples_per_core_s": inference_rate(run, envs_per_actor, seconds),
+            "learner_samples_per_core_s": learner_rate(run, seconds),
+        }
+    finally:
+        torch.set_num_threads(threads)
+    return {"rates": rates, "config": run.config, "action_repeats": run.action_repeats}
+
+
+def limit(rates: dict[str, float], cores: int, action_repeats: int) -> float:
+    """Frames/s the machine could reach if every core did only useful work."""
+    core_seconds_per_step = sum(1.0 / r for r in rates.values())
+    return cores / core_seconds_per_step * action_repeats
+
+
+def run(
+    config: ImpalaConfig,
+    seconds: float = 60.0,
+    part_seconds: float = 3.0,
+    cores: int | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Measure parts, then train for `seconds`; returns the JSON-able result."""
+    from gazelle.algorithms.impala import train
+
+    cores = cores or os.cpu_count() or 1
+    parts = measure_parts(config, part_seconds)
+    resolved: ImpalaConfig = parts["config"]
+    points: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="gazelle-bench-") as logdir:
+        bench_config = dataclasses.replace(
+            config,
+            logdir=logdir,
+            max_seconds=seconds,
+            total_frames=10**12,
+            log_interval_s=max(1.0, seconds / 20),
+            checkpoint_interval_s=10**9,
+            resume=False,
+        )
+        result = train(bench_config, on_progress=points.append)
+    # why: leave out the start (process spawn, imports, first batches) and measure the
+    # steady state: frames between the first progress point after the warm-up and the last.
+    start = (
+        next(
+            (p for p in points if p["time"] - points[0]["time"] >= WARMUP_FRACTION * seconds),
+            points[0],
+        )
+        if points
+        else None
+    )
+    end = points[-1] if points else None
+    if start is not None and end is not None and end["time"] > start["time"]:
+        fps = (end["frames"] - start["frames"]) / (end["time"] - start["time"])
+    else:
+        fps = result.fps
+    limit_fps = limit(parts["rates"], cores, parts["action_repeats"])
+    out = {
+        "fps": round(fps, 1),
+        "limit_fps": round(limit_fps, 1),
+        "efficiency": round(fps / limit_fps, 3),
+        **{k: round(v, 1) for k, v in parts["rates"].items()},
+        "cores": cores,
+        "seconds": seconds,
+        "config": {k: v for k, v in resolved.to_dict().items() if k in CONFIG_KEYS},
+    }
+    if verbose:
+        print(table(out))
+        print(json.dumps(out))
+    return out
+
+
+CONFIG_KEYS = (
+    "env",
+    "model",
+    "use_lstm",
+    "num_actors",
+    "envs_per_actor",
+    "batch_size",
+    "unroll_length",
+    "inference",
+    "precision",
+)
+
+
+def table(out: dict[str, Any]) -> str:
+    cfg = out["config"]
+    lines = [
+        "gazelle bench: " + " ".join(f"{k}={v}" for k, v in cfg.items()),
+        f"  env        {out['env_steps_per_core_s']:>10,.0f} agent steps / core-second",
+        f"  inference  {out['inference_samples_per_core_s']:>10,.0f} samples / core-second "
+        f"(batch {cfg['envs_per_actor']})",
+        f"  learner    {out['learner_samples_per_core_s']:>10,.0f} samples / core-second",
+        f"  limit      {out['limit_fps']:>10,.0f} frames/s on {out['cores']} cores",
+        f"  training   {out['fps']:>10,.0f} frames/s (steady state of {out['seconds']:.0f} s)",
+        f"  efficiency {out['efficiency']:>10.2f}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="gazelle bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--env", default="ALE/Pong-v5")
+    parser.add_argument("--model", default="shallow")
+    parser.add_argument("--use-lstm", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--num-actors", type=int, default=None, help="default: the machine's cores")
+    parser.add_argument("--envs-per-actor", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--unroll-length", type=int, default=None)
+    parser.add_argument("--inference", default="local")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--seconds", type=float, default=60.0, help="training wall time")
+    parser.add_argument(
+        "--part-seconds", type=float, default=3.0, help="seconds to measure each part alone"
+    )
+    args = parser.parse_args(argv)
+    config = ImpalaConfig(
+        env=args.env,
+        model=args.model,
+        use_lstm=args.use_lstm,
+        num_actors=args.num_actors or os.cpu_count() or 1,
+        envs_per_actor=args.envs_per_actor,
+        batch_size=args.batch_size,
+        unroll_length=args.unroll_length,
+        inference=args.inference,
+        precision=args.precision,
+    )
+    run(config, seconds=args.seconds, part_seconds=args.part_seconds)
