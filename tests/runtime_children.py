@@ -9,10 +9,10 @@ def write_slots(buffers, actor_id, value, die_midway):
     """Claim this actor's slots, fill them with `value`, commit; or die half-way."""
     slots = buffers.acquire(actor_id, 2, timeout=10.0, should_stop=lambda: False)
     index = torch.tensor(slots)
-    buffers.data["reward"][index, 0] = float(value)
+    buffers.data["reward"][0, index] = float(value)
     if die_midway:
         os._exit(9)  # like SIGKILL mid-write: no cleanup, slots left WRITING
-    buffers.data["reward"][index] = float(value)
+    buffers.data["reward"][:, index] = float(value)
     buffers.commit(slots, actor_id, level_id=actor_id, version=value)
 
 

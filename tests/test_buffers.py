@@ -24,10 +24,10 @@ def make_buffers(num_actors=2, slots_per_actor=2, state_size=4):
 
 def test_layout_shapes_are_time_major_per_slot():
     buffers = make_buffers()
-    assert buffers.data["frame"].shape == (4, 6, 4, 8, 8)
+    assert buffers.data["frame"].shape == (6, 4, 4, 8, 8)
     assert buffers.data["frame"].dtype == torch.uint8
-    assert buffers.data["policy_logits"].shape == (4, 6, 3)
-    assert buffers.data["instruction"].shape == (4, 6, 32)
+    assert buffers.data["policy_logits"].shape == (6, 4, 3)
+    assert buffers.data["instruction"].shape == (6, 4, 32)
     assert buffers.data["state_h"].shape == (4, 4)
     assert "state_h" not in make_buffers(state_size=0).data
 
@@ -35,12 +35,16 @@ def test_layout_shapes_are_time_major_per_slot():
 def test_gather_is_time_major_and_keeps_slot_contents():
     buffers = make_buffers()
     for slot in range(4):
-        buffers.data["reward"][slot] = torch.arange(6) + 10 * slot
-        buffers.data["state_h"][slot] = slot
+        for t in range(6):
+            buffers.write_step(torch.tensor([slot]), t, {"reward": torch.tensor([t + 10.0 * slot])})
+        buffers.write_state(
+            torch.tensor([slot]), (torch.full((1, 4), float(slot)), torch.zeros(1, 4))
+        )
     batch = buffers.gather([3, 1])
     assert batch["reward"].shape == (6, 2)
     assert batch["reward"][:, 0].tolist() == [30, 31, 32, 33, 34, 35]
     assert batch["reward"][:, 1].tolist() == [10, 11, 12, 13, 14, 15]
+    assert batch["reward"].is_contiguous()
     assert batch["state_h"][:, 0].tolist() == [3, 1]
 
 

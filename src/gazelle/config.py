@@ -89,6 +89,8 @@ class ImpalaConfig:
     """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
     precision: str = "fp32"
     """Learner precision: fp32 or bf16 (autocast)."""
+    learner_threads: int | None = None
+    """Torch threads of the learner on CPU; None: the cores the actors leave (at least 1)."""
     # --- run ---
     logdir: str = "runs/default"
     """Where checkpoints, TensorBoard events and progress.jsonl go."""
@@ -226,6 +228,7 @@ def validate(config: ImpalaConfig) -> ImpalaConfig:
     positive("log_interval_s", integer=False)
     positive("grad_norm_clip", integer=False, allow_none=True)
     positive("max_policy_lag", allow_none=True)
+    positive("learner_threads", allow_none=True)
     in_range("decay", 0.0, 1.0)
     in_range("momentum", 0.0, 1.0)
     in_range("discounting", 0.0, 1.0)

@@ -136,7 +136,8 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     if device.type == "cpu":
         # why: the actors run one thread each; the learner gets the cores left (at least one)
         # instead of torch's default of all cores, which oversubscribes the machine.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) - config.num_actors))
+        threads = config.learner_threads or (os.cpu_count() or 1) - config.num_actors
+        torch.set_num_threads(max(1, threads))
     agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm, core_size=CORE_SIZE)
     agent.to(device)
     optimizer = make_optimizer(

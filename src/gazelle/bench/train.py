@@ -49,7 +49,7 @@ def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
     env = make(level, seed=0, **env_kwargs)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    n = int(env.action_space.n)
+    n = int(env.action_space.n)  # type: ignore[attr-defined]
 
     def steps() -> int:
         for _ in range(100):
@@ -208,6 +208,7 @@ CONFIG_KEYS = (
     "unroll_length",
     "inference",
     "precision",
+    "learner_threads",
 )
 
 
@@ -241,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--unroll-length", type=int, default=None)
     parser.add_argument("--inference", default="local")
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--learner-threads", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=60.0, help="training wall time")
     parser.add_argument(
         "--part-seconds", type=float, default=3.0, help="seconds to measure each part alone"
@@ -256,5 +258,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         unroll_length=args.unroll_length,
         inference=args.inference,
         precision=args.precision,
+        learner_threads=args.learner_threads,
     )
     run(config, seconds=args.seconds, part_seconds=args.part_seconds)

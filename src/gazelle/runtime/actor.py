@@ -112,11 +112,8 @@ class Actor:
         self.state = self.agent.initial_state(num_envs)
 
     def _write(self, slots: torch.Tensor, t: int) -> None:
-        data = self.buffers.data
-        for name, value in self.last.items():
-            data[name][slots, t] = value
-        for name, value in self.obs.items():
-            data[name][slots, t] = value
+        self.buffers.write_step(slots, t, self.last)
+        self.buffers.write_step(slots, t, self.obs)
 
     def _truncation_values(self, step: Any, out: Any, reward: torch.Tensor) -> torch.Tensor:
         """V(last obs) of episodes cut by a time limit (0 elsewhere): the loss bootstraps it."""
@@ -149,9 +146,7 @@ class Actor:
         slots = torch.tensor(slot_ids)
         self.version = self.params.pull(self.agent, self.version)
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
-        if self.state:
-            self.buffers.data["state_h"][slots] = self.state[0]
-            self.buffers.data["state_c"][slots] = self.state[1]
+        self.buffers.write_state(slots, self.state)
         for t in range(1, spec.unroll_length + 1):
             done = self.last["terminated"] | self.last["truncated"]
             out, self.state = self.agent.step(

@@ -1,9 +1,12 @@
 """Preallocated shared-memory unroll slots; only slot indices travel through a queue.
 
 One slot holds one env's unroll, `[T+1, ...]` per field, plus the agent state at its start
-and its metadata (actor id, level id, policy version). Each actor owns a fixed set of slots
-(`envs_per_actor * slots_per_env`), so a crashed actor can only ever leave *its own* slots
-half-written, and the supervisor frees exactly those.
+and its metadata (actor id, level id, policy version). Storage is time-major,
+`[T+1, num_slots, ...]`: an actor writes step `t` of all its envs in one indexed copy, and
+the learner's gather of B slots is directly the contiguous `[T+1, B, ...]` batch it trains
+on. Each actor owns a fixed set of slots (`envs_per_actor * slots_per_env`), so a crashed
+actor can only ever leave *its own* slots half-written, and the supervisor frees exactly
+those.
 
 Slot life cycle (one int per slot in shared memory):
 
@@ -32,6 +35,12 @@ from gazelle.types import ObsSpec
 
 FREE, WRITING, READY = 0, 1, 2
 
+
+def is_state(name: str) -> bool:
+    """Per-slot fields without a time axis (the agent state at the unroll's start)."""
+    return name.startswith("state_")
+
+
 #: Per-step fields of a slot besides the observation: name -> dtype (shape `[T+1]`).
 STEP_FIELDS: dict[str, torch.dtype] = {
     "reward": torch.float32,
@@ -56,7 +65,7 @@ class SlotLayout:
     instruction_tokens: int = 32
 
     def field_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """name -> (shape of one slot, dtype). Time-major: `[T+1, ...]`."""
+        """name -> (shape of one slot, dtype): `[T+1, ...]` per step field, `[H]` for state."""
         steps = self.unroll_length + 1
         spec = self.obs_spec
         frame_dtype = torch.uint8 if spec.frame_dtype == np.uint8 else torch.float32
@@ -83,10 +92,12 @@ class UnrollBuffers:
         self.num_actors = num_actors
         self.slots_per_actor = slots_per_actor
         num_slots = num_actors * slots_per_actor
-        self.data: dict[str, torch.Tensor] = {
-            name: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
-            for name, (shape, dtype) in layout.field_shapes().items()
-        }
+        self.data: dict[str, torch.Tensor] = {}
+        for name, (shape, dtype) in layout.field_shapes().items():
+            # why: time-major storage `[T+1, num_slots, ...]` (see module docstring); the
+            # initial state has no time axis: `[num_slots, H]`.
+            full = (num_slots, *shape) if is_state(name) else (shape[0], num_slots, *shape[1:])
+            self.data[name] = torch.zeros(full, dtype=dtype).share_memory_()
         self.state = torch.zeros(num_slots, dtype=torch.int8).share_memory_()
         self.actor_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.level_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
@@ -95,6 +106,17 @@ class UnrollBuffers:
         # by the supervisor), and a queue put/get is a full memory barrier between processes,
         # so the learner sees the slot's data before it sees the index.
         self.ready_queue = ctx.Queue(maxsize=2 * num_slots)
+
+    def write_step(self, slots: torch.Tensor, t: int, values: dict[str, torch.Tensor]) -> None:
+        """Write step `t` of the given slots: each value `[len(slots), ...]`."""
+        for name, value in values.items():
+            self.data[name][t, slots] = value
+
+    def write_state(self, slots: torch.Tensor, state: tuple[torch.Tensor, ...]) -> None:
+        """The agent state `(h, c)`, each `[len(slots), H]`, at the start of the unroll."""
+        if state:
+            self.data["state_h"][slots] = state[0]
+            self.data["state_c"][slots] = state[1]
 
     @property
     def num_slots(self) -> int:
@@ -179,12 +201,10 @@ class UnrollBuffers:
     def gather(self, slots: list[int]) -> dict[str, torch.Tensor]:
         """Copy slots into a time-major batch `[T+1, B, ...]` (state fields `[B, H]`)."""
         index = torch.tensor(slots, dtype=torch.long)
-        batch = {}
-        for name, tensor in self.data.items():
-            rows = tensor.index_select(0, index)
-            # why: slots are stored batch-major for cheap per-env writes; the learner's
-            # contract is time-major.
-            batch[name] = rows if name.startswith("state_") else rows.transpose(0, 1)
+        batch = {
+            name: tensor.index_select(0 if is_state(name) else 1, index)
+            for name, tensor in self.data.items()
+        }
         batch["policy_version"] = self.policy_version.index_select(0, index)
         batch["level_id"] = self.level_id.index_select(0, index)
         batch["actor_id"] = self.actor_id.index_select(0, index)
