@@ -37,6 +37,10 @@ def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
     assert state["optimizer"]["state"], "optimiser state must be saved"
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert rows[-1]["frames"] == first.frames and "losses/total" in rows[-1]
+    timed = [r for r in rows if "timing/actor_env_per_step" in r]
+    assert timed and all(r["timing/actor_env_per_step"] > 0 for r in timed)
+    assert all(r["timing/actor_inference_per_step"] > 0 for r in timed)
+    assert any("charts/policy_lag" in r for r in rows)
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path))
 
     # Resume: same logdir, larger budget: frames and updates continue, the optimiser state

@@ -19,6 +19,7 @@ from gazelle import checkpoint
 from gazelle.algorithms.setup import RunSetup, prepare
 from gazelle.logging import RunLogger, Timings
 from gazelle.optim import polynomial_decay
+from gazelle.runtime.buffers import ACTOR_STAGES, is_per_unroll
 from gazelle.runtime.learner import Prefetcher
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -70,7 +71,7 @@ def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | Non
     out = {}
     for name, value in batch.items():
         # why: time-major fields keep B in dim 1; per-unroll fields (state, meta) in dim 0.
-        dim = 0 if name.startswith("state_") or value.dim() == 1 else 1
+        dim = 0 if is_per_unroll(name) else 1
         out[name] = value.index_select(dim, index.to(value.device))
     return out
 
@@ -129,6 +130,9 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
                     run.levels[level_id], float(ret), int(length) * run.action_repeats, frames
                 )
             episodes += len(returns)
+            actor_timing = batch["actor_timing"].mean(0)
+            for stage, seconds in zip(ACTOR_STAGES, actor_timing.tolist()):
+                timings.add(f"actor_{stage}_per_step", seconds)
             recent_metrics = {
                 **metrics,
                 "charts/learning_rate": lr,

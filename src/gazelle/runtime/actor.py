@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Actor:
         self.envs = make_env_batch(spec)
         self.encode = ObsEncoder(spec.instruction_tokens, spec.obs_spec.has_instruction)
         self.version = -1
+        self.timing: tuple[float, ...] = (0.0, 0.0, 0.0)
         num_envs = spec.envs_per_actor
         # The persistent "last step" (index 0 of the next unroll), as in the seed's actor.
         self.obs = self.encode(self.envs.reset())
@@ -144,15 +146,21 @@ class Actor:
         """Fill the given slots with one unroll of every env."""
         spec = self.spec
         slots = torch.tensor(slot_ids)
+        clock = time.perf_counter
+        inference_s = env_s = 0.0
+        start = clock()
         self.version = self.params.pull(self.agent, self.version)
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
         self.buffers.write_state(slots, self.state)
         for t in range(1, spec.unroll_length + 1):
+            t0 = clock()
             done = self.last["terminated"] | self.last["truncated"]
             out, self.state = self.agent.step(
                 self.obs, self.last["action"], self.last["reward"], done, self.state
             )
+            t1 = clock()
             step = self.envs.step(out.action.numpy())
+            inference_s, env_s = inference_s + t1 - t0, env_s + clock() - t1
             for index, message in step.errors:
                 self.report(
                     {"type": "env_error", "actor": spec.actor_id, "env": index, "message": message}
@@ -174,6 +182,13 @@ class Actor:
             }
             self.obs = self.encode(step.obs)
             self._write(slots, t)
+        per_step = 1.0 / (spec.unroll_length * spec.envs_per_actor)
+        total = clock() - start
+        self.timing = (
+            inference_s * per_step,
+            env_s * per_step,
+            (total - inference_s - env_s) * per_step,
+        )
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         spec = self.spec
@@ -184,7 +199,7 @@ class Actor:
             if not slots:
                 return
             self.unroll(slots)
-            self.buffers.commit(slots, spec.actor_id, spec.level_id, self.version)
+            self.buffers.commit(slots, spec.actor_id, spec.level_id, self.version, self.timing)
 
     def close(self) -> None:
         self.envs.close()

@@ -36,9 +36,20 @@ from gazelle.types import ObsSpec
 FREE, WRITING, READY = 0, 1, 2
 
 
+#: Per-unroll fields of a gathered batch (`[B, ...]`, no time axis).
+META_FIELDS = ("policy_version", "level_id", "actor_id", "actor_timing")
+#: Columns of `actor_timing`: seconds per env step of the unroll spent in each stage.
+ACTOR_STAGES = ("inference", "env", "write")
+
+
 def is_state(name: str) -> bool:
     """Per-slot fields without a time axis (the agent state at the unroll's start)."""
     return name.startswith("state_")
+
+
+def is_per_unroll(name: str) -> bool:
+    """Fields of a gathered batch indexed `[B, ...]` rather than `[T+1, B, ...]`."""
+    return is_state(name) or name in META_FIELDS
 
 
 #: Per-step fields of a slot besides the observation: name -> dtype (shape `[T+1]`).
@@ -102,6 +113,7 @@ class UnrollBuffers:
         self.actor_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.level_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.policy_version = torch.zeros(num_slots, dtype=torch.int64).share_memory_()
+        self.actor_timing = torch.zeros(num_slots, len(ACTOR_STAGES)).share_memory_()
         # why: bounded (every slot appears at most twice: once from its actor, once re-queued
         # by the supervisor), and a queue put/get is a full memory barrier between processes,
         # so the learner sees the slot's data before it sees the index.
@@ -148,9 +160,17 @@ class UnrollBuffers:
             # next to an unroll and needs no cross-process condition variable.
             time.sleep(0.001)
 
-    def commit(self, slots: list[int], actor_id: int, level_id: int, version: int) -> None:
-        """Publish fully written slots to the learner."""
+    def commit(
+        self,
+        slots: list[int],
+        actor_id: int,
+        level_id: int,
+        version: int,
+        timing: tuple[float, ...] = (0.0, 0.0, 0.0),
+    ) -> None:
+        """Publish fully written slots to the learner (`timing`: see ACTOR_STAGES)."""
         for s in slots:
+            self.actor_timing[s] = torch.tensor(timing)
             self.actor_id[s] = actor_id
             self.level_id[s] = level_id
             self.policy_version[s] = version
@@ -208,6 +228,7 @@ class UnrollBuffers:
         batch["policy_version"] = self.policy_version.index_select(0, index)
         batch["level_id"] = self.level_id.index_select(0, index)
         batch["actor_id"] = self.actor_id.index_select(0, index)
+        batch["actor_timing"] = self.actor_timing.index_select(0, index)
         return batch
 
     def release(self, slots: list[int]) -> None:
