@@ -16,7 +16,7 @@ from typing import Any
 TORSO_CHOICES = ("auto", "deep", "shallow", "nature", "universe", "mlp")
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 PRECISION_CHOICES = ("fp32", "bf16")
-INFERENCE_CHOICES = ("local", "central")
+INFERENCE_CHOICES = ("local",)  # "central" (dynamic batching): planned, see docs
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop")
 
 
@@ -55,7 +55,7 @@ class ImpalaConfig:
     envs_per_actor: int | None = None
     """Envs each actor steps, with their inference batched."""
     inference: str = "local"
-    """local: each actor runs its own batched inference; central: dynamic batching server."""
+    """local: each actor batches inference over its envs (central dynamic batching: planned)."""
     # --- learner ---
     batch_size: int | None = None
     """Unrolls per learner batch (seed: 2 on DMLab)."""
