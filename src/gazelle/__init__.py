@@ -1,3 +1,35 @@
-"""Gazelle: scalable actor-learner reinforcement learning in PyTorch."""
+"""Gazelle: scalable actor-learner reinforcement learning (IMPALA, A3C) in PyTorch.
+
+The public API, re-exported lazily (PEP 562) so that `import gazelle.envs` in an env worker
+process does not pay for the whole package:
+
+    from gazelle import ImpalaConfig, train, evaluate, make, Agent
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "ImpalaConfig": "gazelle.config",
+    "ConfigError": "gazelle.config",
+    "train": "gazelle.algorithms.impala",
+    "TrainResult": "gazelle.algorithms.impala",
+    "evaluate": "gazelle.evaluate",
+    "make": "gazelle.envs",
+    "Agent": "gazelle.models",
+    "ObsSpec": "gazelle.types",
+    "AgentOutput": "gazelle.types",
+    "StepOutput": "gazelle.types",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'gazelle' has no attribute {name!r}")

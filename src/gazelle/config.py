@@ -16,7 +16,7 @@ from typing import Any
 TORSO_CHOICES = ("auto", "deep", "shallow", "nature", "universe", "mlp")
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 PRECISION_CHOICES = ("fp32", "bf16")
-INFERENCE_CHOICES = ("local",)  # "central" (dynamic batching): planned, see docs
+INFERENCE_CHOICES = ("auto", "local", "central")
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop")
 
 
@@ -54,8 +54,16 @@ class ImpalaConfig:
     """Actor processes (the seed's default is 4 on a big machine; 2 suits a laptop)."""
     envs_per_actor: int | None = None
     """Envs each actor steps, with their inference batched."""
-    inference: str = "local"
-    """local: each actor batches inference over its envs (central dynamic batching: planned)."""
+    inference: str = "auto"
+    """local: each actor runs its own agent copy, batched over its envs (CPU); central: one
+    server on the learner's device batches all actors' requests (the seed's dynamic
+    batching); auto: central when the learner runs on CUDA, else local."""
+    inference_max_wait_ms: float = 2.0
+    """Central inference: how long the server keeps collecting requests after the first one
+    of a batch (ms)."""
+    inference_max_batch: int | None = None
+    """Central inference: most envs per batch (at least --envs-per-actor); None: all actors'
+    envs."""
     # --- learner ---
     batch_size: int | None = None
     """Unrolls per learner batch (seed: 2 on DMLab)."""
@@ -229,6 +237,15 @@ def validate(config: ImpalaConfig) -> ImpalaConfig:
     positive("grad_norm_clip", integer=False, allow_none=True)
     positive("max_policy_lag", allow_none=True)
     positive("learner_threads", allow_none=True)
+    in_range("inference_max_wait_ms", 0.0, 10_000.0)
+    positive("inference_max_batch", allow_none=True)
+    max_batch, envs = config.inference_max_batch, config.envs_per_actor
+    if max_batch is not None and envs is not None and max_batch < envs:
+        raise ConfigError(
+            "inference_max_batch",
+            max_batch,
+            f"at least --envs-per-actor ({envs}, one actor's request), or unset for all envs",
+        )
     in_range("decay", 0.0, 1.0)
     in_range("momentum", 0.0, 1.0)
     in_range("discounting", 0.0, 1.0)

@@ -15,13 +15,16 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
+
+from gazelle.timings import Timings
+
+__all__ = ["RunLogger", "Timings", "format_count", "format_duration"]
 
 __all__ = ["RunLogger", "Timings", "format_count", "format_duration"]
 
@@ -270,42 +273,3 @@ class RunLogger:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-class Timings:
-    """Per-stage wall-clock timing (``time.perf_counter``), torchbeast-style.
-
-    ``with timings.time("env"): ...`` or ``timings.add("env", seconds)``; ``means()`` gives
-    ``{"timing/env": mean seconds per call}``. Not thread-safe: one instance per thread.
-    """
-
-    def __init__(self) -> None:
-        self._totals: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
-
-    def add(self, name: str, seconds: float) -> None:
-        """Record one call of stage ``name`` that took ``seconds``."""
-        self._totals[name] = self._totals.get(name, 0.0) + seconds
-        self._counts[name] = self._counts.get(name, 0) + 1
-
-    @contextmanager
-    def time(self, name: str) -> Iterator[None]:
-        """Time the body of the ``with`` block as one call of stage ``name``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(name, time.perf_counter() - start)
-
-    def means(self) -> dict[str, float]:
-        """``{"timing/<stage>": mean seconds per call}`` since the last ``reset``."""
-        return {f"timing/{k}": self._totals[k] / self._counts[k] for k in self._totals}
-
-    def counts(self) -> dict[str, int]:
-        """``{"<stage>": number of calls}`` since the last ``reset``."""
-        return dict(self._counts)
-
-    def reset(self) -> None:
-        """Forget everything recorded."""
-        self._totals.clear()
-        self._counts.clear()

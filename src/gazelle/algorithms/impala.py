@@ -6,6 +6,7 @@ No maths here: the loss lives in `gazelle.losses`, the update in `gazelle.runtim
 from __future__ import annotations
 
 import dataclasses
+import queue
 import signal
 import time
 from collections.abc import Callable
@@ -107,11 +108,12 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     last_log = last_ckpt = time.monotonic()
     fps = 0.0
     recent_metrics: dict[str, Any] = {}
+    inference_seen = {"batches": 0.0, "rows": 0.0}
     try:
         deadline = start_time + (cfg.max_seconds or float("inf"))
         while frames < run.total_frames and time.monotonic() < deadline:
             t0 = time.perf_counter()
-            batch = prefetcher.get(timeout=BATCH_TIMEOUT_S)
+            batch = _next_batch(prefetcher, run)
             t1 = time.perf_counter()
             timings.add("learner_wait", t1 - t0)
             lag = updates - batch["policy_version"]
@@ -141,6 +143,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
             }
             for event in run.actors.poll():
                 _log_event(event)
+            recent_metrics.update(_inference_metrics(run, inference_seen))
             now = time.monotonic()
             if now - last_log >= cfg.log_interval_s:
                 fps = (frames - start_frames) / max(now - start_time, 1e-9)
@@ -184,6 +187,31 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
         sum(run.actors.restarts),
         run.actors.dropped_slots,
     )
+
+
+def _next_batch(prefetcher: Prefetcher, run: RunSetup) -> dict[str, torch.Tensor]:
+    """The next batch; raises if the inference server died or after BATCH_TIMEOUT_S."""
+    deadline = time.monotonic() + BATCH_TIMEOUT_S
+    while True:
+        # why: short waits, so a dead inference server (no more unrolls) fails the run
+        # with its own error instead of a learner timeout ten minutes later.
+        run.actors.check_server()
+        try:
+            return prefetcher.get(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+        except queue.Empty:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def _inference_metrics(run: RunSetup, seen: dict[str, float]) -> dict[str, float]:
+    """Mean envs per central inference batch since the last call (`seen` is updated)."""
+    stats = run.actors.inference_stats()
+    batches = stats.get("batches", 0.0) - seen["batches"]
+    if batches <= 0:
+        return {}
+    mean = (stats["rows"] - seen["rows"]) / batches
+    seen.update(batches=stats["batches"], rows=stats["rows"])
+    return {"charts/inference_batch": mean}
 
 
 def _floats(metrics: dict[str, Any]) -> dict[str, float]:

@@ -3,6 +3,7 @@ learner, shared buffers and params, actors. `impala.train` then only runs the lo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import random
@@ -18,6 +19,7 @@ from gazelle.models import Agent
 from gazelle.optim import make_optimizer
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.buffers import SlotLayout, UnrollBuffers
+from gazelle.runtime.inference import InferenceChannels, InferenceServer
 from gazelle.runtime.learner import Learner, LossSettings
 from gazelle.runtime.params import ParamStore
 from gazelle.types import ObsSpec
@@ -124,6 +126,12 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     validate(config)
     levels, spec, repeats, kind = probe(config)
     config = validate(resolve(config, spec.is_image, kind))
+    if config.inference == "auto":
+        # why: as in the seed, dynamic batching when the learner has a GPU (one big batch on
+        # the device instead of every actor running the net on a CPU core); on CPU the
+        # actors' own copies avoid a round trip per step.
+        cuda = resolve_device(config.device).type == "cuda"
+        config = dataclasses.replace(config, inference="central" if cuda else "local")
     if not config.use_instruction:
         spec = dataclasses.replace(spec, has_instruction=False)
     assert config.batch_size and config.unroll_length and config.envs_per_actor
@@ -182,7 +190,42 @@ def prepare(config: ImpalaConfig) -> RunSetup:
         )
         for i in range(config.num_actors)
     ]
-    actors = LocalActors(specs, buffers, params, ctx)
+    actors = _actors(config, specs, buffers, params, agent, device, ctx)
     return RunSetup(
         config, levels, spec, repeats, device, agent, optimizer, learner, buffers, params, actors
+    )
+
+
+def _actors(
+    config: ImpalaConfig,
+    specs: list[ActorSpec],
+    buffers: UnrollBuffers,
+    params: ParamStore,
+    agent: Agent,
+    device: torch.device,
+    ctx: Any,
+) -> LocalActors:
+    """The actor processes, with the central inference server when `config` asks for it."""
+    if config.inference != "central":
+        return LocalActors(specs, buffers, params, ctx)
+    assert config.envs_per_actor
+    spec = specs[0].obs_spec
+    channels = InferenceChannels(
+        spec, config.num_actors, config.envs_per_actor, CORE_SIZE if config.use_lstm else 0, ctx
+    )
+    stop = ctx.Event()
+    # why: the server gets its own copy of the agent (on the learner's device) and loads
+    # published weights into it between batches; the learner's module changes in place
+    # during an update and must never be read mid-step.
+    server = InferenceServer(
+        channels,
+        copy.deepcopy(agent),
+        params,
+        device,
+        stop,
+        max_batch=config.inference_max_batch,
+        max_wait_s=config.inference_max_wait_ms / 1000.0,
+    )
+    return LocalActors(
+        specs, buffers, params, ctx, channels=channels, server=server, stop_event=stop
     )

@@ -3,6 +3,11 @@
 The actor code is `gazelle.runtime.actor`; this module only starts, watches and stops the
 processes. Processes start with `spawn` (never a bare fork of a process that already runs
 torch threads: a known source of silent deadlocks), so the same code runs on macOS.
+
+With central inference it also starts the `InferenceServer` (a thread of this process) and
+watches it: a dead server fails the run with its traceback rather than being restarted,
+since it shares the learner's process and its death means a bug (or an out-of-memory
+device), not a flaky env.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch.multiprocessing as mp
 
 from gazelle.runtime.actor import ActorSpec, actor_process
 from gazelle.runtime.buffers import UnrollBuffers
+from gazelle.runtime.inference import InferenceChannels, InferenceServer
 from gazelle.runtime.params import ParamStore
 
 #: Seed offset per restart, so a restarted actor does not replay the same episodes.
@@ -32,11 +38,16 @@ class LocalActors:
         params: ParamStore,
         ctx: Any | None = None,
         max_restarts: int = 100,
+        channels: InferenceChannels | None = None,
+        server: InferenceServer | None = None,
+        stop_event: Any | None = None,
     ) -> None:
         self.ctx = ctx or mp.get_context("spawn")
         self.specs = list(specs)
         self.buffers, self.params = buffers, params
-        self.stop_event = self.ctx.Event()
+        self.channels, self.server = channels, server
+        # why: one stop event for actors and server (the server is built with it).
+        self.stop_event = stop_event if stop_event is not None else self.ctx.Event()
         # why: bounded; actors drop events rather than block when nobody reads them.
         self.events = self.ctx.Queue(maxsize=1000)
         self.processes: list[Any] = [None] * len(self.specs)
@@ -52,7 +63,7 @@ class LocalActors:
             )
         process = self.ctx.Process(
             target=actor_process,
-            args=(spec, self.buffers, self.params, self.stop_event, self.events),
+            args=(spec, self.buffers, self.params, self.stop_event, self.events, self.channels),
             name=f"gazelle-actor-{spec.actor_id}",
             daemon=True,
         )
@@ -60,8 +71,24 @@ class LocalActors:
         self.processes[index] = process
 
     def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
         for index in range(len(self.specs)):
             self._start(index)
+
+    def check_server(self) -> None:
+        """Raise RuntimeError (with its traceback) if the inference server died."""
+        server = self.server
+        if server is None or self.stop_event.is_set() or server.alive():
+            return
+        raise RuntimeError(
+            "the central inference server died; the run cannot go on (use --inference local "
+            f"to avoid it):\n{server.error or 'no traceback (it stopped without an error)'}"
+        )
+
+    def inference_stats(self) -> dict[str, float]:
+        """The server's batching statistics (empty with local inference)."""
+        return self.server.stats() if self.server is not None else {}
 
     def poll(self) -> list[dict[str, Any]]:
         """Restart dead actors; return the events (crashes, restarts, env errors) since last."""
@@ -73,6 +100,7 @@ class LocalActors:
                 break
         if self.stop_event.is_set():
             return events
+        self.check_server()
         for index, process in enumerate(self.processes):
             if process is None or process.is_alive():
                 continue
@@ -116,5 +144,8 @@ class LocalActors:
             if process is not None and process.is_alive():
                 process.kill()
                 process.join(timeout=2.0)
+        if self.server is not None:
+            # why: after the actors: none is left waiting on it, and it sees the stop event.
+            self.server.close(timeout=max(1.0, deadline - time.monotonic()))
         self.events.close()
         self.events.join_thread()

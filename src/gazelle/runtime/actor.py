@@ -2,8 +2,9 @@
 
 As in the IMPALA seed's actor, env state, agent (LSTM) state and the last env/agent output
 persist across unrolls: step 0 of each unroll repeats the last step of the previous one.
-The actor knows nothing of transport: it writes into `UnrollBuffers` and reads weights from
-a `ParamStore`, both handed to it.
+The actor knows nothing of transport: it writes into `UnrollBuffers` and acts through a
+`Policy` (`gazelle.runtime.policy`: its own agent copy, or the central inference server),
+both handed to it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import torch
 
 from gazelle.models import Agent
 from gazelle.runtime.buffers import UnrollBuffers
+from gazelle.runtime.inference import InferenceChannels
 from gazelle.runtime.params import ParamStore
+from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy, PolicyStopped
 from gazelle.types import INSTRUCTION, ObsSpec
 
 
@@ -41,6 +44,7 @@ class ActorSpec:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     instruction_tokens: int = 32
     slot_timeout_s: float = 600.0
+    response_timeout_s: float = 120.0
 
 
 def build_agent(spec: ActorSpec) -> Agent:
@@ -84,15 +88,12 @@ class Actor:
         self,
         spec: ActorSpec,
         buffers: UnrollBuffers,
-        params: ParamStore,
+        policy: Policy,
         report: Callable[[dict[str, Any]], None] = lambda event: None,
     ) -> None:
-        self.spec, self.buffers, self.params, self.report = spec, buffers, params, report
-        self.agent = build_agent(spec)
-        self.agent.eval()
+        self.spec, self.buffers, self.policy, self.report = spec, buffers, policy, report
         self.envs = make_env_batch(spec)
         self.encode = ObsEncoder(spec.instruction_tokens, spec.obs_spec.has_instruction)
-        self.version = -1
         self.timing: tuple[float, ...] = (0.0, 0.0, 0.0)
         num_envs = spec.envs_per_actor
         # The persistent "last step" (index 0 of the next unroll), as in the seed's actor.
@@ -111,7 +112,6 @@ class Actor:
             "baseline": torch.zeros(num_envs),
             "policy_logits": torch.zeros(num_envs, spec.obs_spec.num_actions),
         }
-        self.state = self.agent.initial_state(num_envs)
 
     def _write(self, slots: torch.Tensor, t: int) -> None:
         self.buffers.write_step(slots, t, self.last)
@@ -130,15 +130,13 @@ class Actor:
         if INSTRUCTION in finals[0]:
             obs[INSTRUCTION] = [f[INSTRUCTION] for f in finals]
         index = torch.tensor(cut)
-        state = tuple(s.index_select(0, index) for s in self.state)
-        final_out, _ = self.agent.step(
+        # why: the policy's state is the one after the step that led to the final obs.
+        values[index] = self.policy.values(
             self.encode(obs),
             out.action.index_select(0, index),
             reward.index_select(0, index),
-            torch.zeros(len(cut), dtype=torch.bool),
-            state,
+            index,
         )
-        values[index] = final_out.baseline.float()
         return values
 
     @torch.inference_mode()
@@ -149,15 +147,13 @@ class Actor:
         clock = time.perf_counter
         inference_s = env_s = 0.0
         start = clock()
-        self.version = self.params.pull(self.agent, self.version)
+        self.policy.begin_unroll()
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
-        self.buffers.write_state(slots, self.state)
+        self.buffers.write_state(slots, self.policy.state)
         for t in range(1, spec.unroll_length + 1):
             t0 = clock()
             done = self.last["terminated"] | self.last["truncated"]
-            out, self.state = self.agent.step(
-                self.obs, self.last["action"], self.last["reward"], done, self.state
-            )
+            out = self.policy.step(self.obs, self.last["action"], self.last["reward"], done)
             t1 = clock()
             step = self.envs.step(out.action.numpy())
             inference_s, env_s = inference_s + t1 - t0, env_s + clock() - t1
@@ -199,16 +195,38 @@ class Actor:
             if not slots:
                 return
             self.unroll(slots)
-            self.buffers.commit(slots, spec.actor_id, spec.level_id, self.version, self.timing)
+            self.buffers.commit(
+                slots, spec.actor_id, spec.level_id, self.policy.version, self.timing
+            )
 
     def close(self) -> None:
         self.envs.close()
 
 
+def make_policy(
+    spec: ActorSpec,
+    params: ParamStore,
+    channels: InferenceChannels | None,
+    should_stop: Callable[[], bool],
+) -> Policy:
+    """A `CentralPolicy` on `channels` when given (central inference), else a `LocalPolicy`."""
+    if channels is not None:
+        return CentralPolicy(
+            channels, spec.actor_id, spec.envs_per_actor, should_stop, spec.response_timeout_s
+        )
+    return LocalPolicy(build_agent(spec), params, spec.envs_per_actor)
+
+
 def actor_process(
-    spec: ActorSpec, buffers: UnrollBuffers, params: ParamStore, stop: Any, events: Any
+    spec: ActorSpec,
+    buffers: UnrollBuffers,
+    params: ParamStore,
+    stop: Any,
+    events: Any,
+    channels: InferenceChannels | None = None,
 ) -> None:
-    """Entry point of an actor process (spawned by a backend)."""
+    """Entry point of an actor process (spawned by a backend); `channels`: central
+    inference."""
     # why: one torch thread per actor process; two threads per process on a shared core
     # ran 10-250x slower (DESIGN.md measurements).
     torch.set_num_threads(1)
@@ -221,9 +239,9 @@ def actor_process(
 
     actor = None
     try:
-        actor = Actor(spec, buffers, params, report)
+        actor = Actor(spec, buffers, make_policy(spec, params, channels, stop.is_set), report)
         actor.run(stop.is_set)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, PolicyStopped):
         pass
     except Exception:
         report({"type": "actor_crash", "actor": spec.actor_id, "message": traceback.format_exc()})
