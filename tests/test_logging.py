@@ -116,6 +116,10 @@ def test_resume_drops_later_rows_and_purges_later_events(tmp_path: Path) -> None
             log.progress(frames, 1.0)
     with (tmp_path / "progress.jsonl").open("a") as f:
         f.write('{"frames": 40, "ti')  # a row torn by a crash
+    # why: TensorBoard orders event files by name: <unix seconds>.<host>.<pid>.<counter>.
+    # Two writers in one second of one process sort by the counter as text ("10" < "9"),
+    # which a real resume (a new process, later) never hits.
+    time.sleep(1.1)
     with RunLogger(tmp_path, console=False, resume_frames=20) as log:
         assert (
             log.elapsed()
