@@ -55,7 +55,37 @@ class Policy(Protocol):
         state, without advancing it: the value of a final obs cut by a time limit."""
 
 
-class LocalPolicy:
+class _StatefulPolicy:
+    """`step` and `values` of both policies, over their one-call `_call`."""
+
+    state: AgentState
+
+    def _call(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+    ) -> tuple[AgentOutput, AgentState]:
+        raise NotImplementedError
+
+    def step(
+        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
+    ) -> AgentOutput:
+        out, self.state = self._call(obs, last_action, reward, done, self.state)
+        return out
+
+    def values(
+        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, index: torch.Tensor
+    ) -> torch.Tensor:
+        state = tuple(s.index_select(0, index) for s in self.state)
+        done = torch.zeros(len(index), dtype=torch.bool)
+        out, _ = self._call(obs, last_action, reward, done, state)
+        return out.baseline.float()
+
+
+class LocalPolicy(_StatefulPolicy):
     """The actor's own agent copy; pulls weights from `params` at each unroll's start."""
 
     def __init__(self, agent: Agent, params: ParamStore, num_envs: int) -> None:
@@ -70,22 +100,18 @@ class LocalPolicy:
     def begin_unroll(self) -> None:
         self._version = self.params.pull(self.agent, self._version)
 
-    def step(
-        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
-    ) -> AgentOutput:
-        out, self.state = self.agent.act(obs, last_action, reward, done, self.state)
-        return out
-
-    def values(
-        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, index: torch.Tensor
-    ) -> torch.Tensor:
-        state = tuple(s.index_select(0, index) for s in self.state)
-        done = torch.zeros(len(index), dtype=torch.bool)
-        out, _ = self.agent.act(obs, last_action, reward, done, state)
-        return out.baseline.float()
+    def _call(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+    ) -> tuple[AgentOutput, AgentState]:
+        return self.agent.act(obs, last_action, reward, done, state)
 
 
-class CentralPolicy:
+class CentralPolicy(_StatefulPolicy):
     """A client of the `InferenceServer`: one request in flight through actor `actor_id`'s
     slot of `channels`.
 
@@ -118,20 +144,6 @@ class CentralPolicy:
 
     def begin_unroll(self) -> None:
         self._version = None
-
-    def step(
-        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
-    ) -> AgentOutput:
-        out, self.state = self._call(obs, last_action, reward, done, self.state)
-        return out
-
-    def values(
-        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, index: torch.Tensor
-    ) -> torch.Tensor:
-        state = tuple(s.index_select(0, index) for s in self.state)
-        done = torch.zeros(len(index), dtype=torch.bool)
-        out, _ = self._call(obs, last_action, reward, done, state)
-        return out.baseline
 
     def _call(
         self,
