@@ -77,7 +77,7 @@ class RunLogger:
         console: write the live console line (``console_line``).
         console_interval_s: minimum seconds between console lines when the stream is not a
             TTY (a log file); on a TTY the line is rewritten in place on every call.
-        stream: where the console line goes.
+        stream: where the console line goes (default: `sys.stdout` at construction).
         resume_frames: when resuming from a checkpoint taken at this many frames: TensorBoard
             events logged after it by the earlier run are purged, rows of ``progress.jsonl``
             with more frames are dropped, and ``time`` continues from the last row kept.
@@ -91,7 +91,7 @@ class RunLogger:
         tensorboard: bool = True,
         console: bool = True,
         console_interval_s: float = 5.0,
-        stream: IO[str] = sys.stdout,
+        stream: IO[str] | None = None,
         resume_frames: int | None = None,
     ) -> None:
         self.logdir = Path(logdir)
@@ -99,8 +99,9 @@ class RunLogger:
         self.total_frames = total_frames
         self._console = console
         self._console_interval_s = console_interval_s
-        self._stream = stream
-        self._is_tty = bool(getattr(stream, "isatty", lambda: False)())
+        # why: looked up now, not bound at import, so a redirected stdout is honoured.
+        self._stream = stream if stream is not None else sys.stdout
+        self._is_tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._start = time.monotonic()
         self._time_offset = 0.0
         self._last_console = -math.inf

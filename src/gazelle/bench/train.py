@@ -125,15 +125,25 @@ def measure_parts(config: ImpalaConfig, seconds: float) -> dict[str, Any]:
     run = prepare(config)  # builds the run's agent/learner; actors are not started
     torch.set_num_threads(1)
     try:
-        envs_per_actor = int(run.config.envs_per_actor or 1)
+        cfg = run.config
+        # why: with central inference the server batches the envs of all actors (up to
+        # --inference-max-batch), so inference alone is measured at that batch.
+        batch = int(cfg.envs_per_actor or 1)
+        if cfg.inference == "central":
+            batch = cfg.inference_max_batch or batch * cfg.num_actors
         rates = {
-            "env_steps_per_core_s": env_rate(run.levels[0], env_kwargs(run.config), seconds),
-            "inference_samples_per_core_s": inference_rate(run, envs_per_actor, seconds),
+            "env_steps_per_core_s": env_rate(run.levels[0], env_kwargs(cfg), seconds),
+            "inference_samples_per_core_s": inference_rate(run, batch, seconds),
             "learner_samples_per_core_s": learner_rate(run, seconds),
         }
     finally:
         torch.set_num_threads(threads)
-    return {"rates": rates, "config": run.config, "action_repeats": run.action_repeats}
+    return {
+        "rates": rates,
+        "config": run.config,
+        "action_repeats": run.action_repeats,
+        "inference_batch": batch,
+    }
 
 
 def limit(rates: dict[str, float], cores: int, action_repeats: int) -> float:
@@ -188,6 +198,7 @@ def run(
         "limit_fps": round(limit_fps, 1),
         "efficiency": round(fps / limit_fps, 3),
         **{k: round(v, 1) for k, v in parts["rates"].items()},
+        "inference_batch": parts["inference_batch"],
         "cores": cores,
         "seconds": seconds,
         "config": {k: v for k, v in resolved.to_dict().items() if k in CONFIG_KEYS},
@@ -218,7 +229,7 @@ def table(out: dict[str, Any]) -> str:
         "gazelle bench: " + " ".join(f"{k}={v}" for k, v in cfg.items()),
         f"  env        {out['env_steps_per_core_s']:>10,.0f} agent steps / core-second",
         f"  inference  {out['inference_samples_per_core_s']:>10,.0f} samples / core-second "
-        f"(batch {cfg['envs_per_actor']})",
+        f"(batch {out['inference_batch']})",
         f"  learner    {out['learner_samples_per_core_s']:>10,.0f} samples / core-second",
         f"  limit      {out['limit_fps']:>10,.0f} frames/s on {out['cores']} cores",
         f"  training   {out['fps']:>10,.0f} frames/s (steady state of {out['seconds']:.0f} s)",
