@@ -250,37 +250,3 @@ def test_training_with_central_inference(tmp_path):
     assert any(r.get("charts/inference_batch", 0) >= 2 for r in rows)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["inference"] == "central"
-
-
-@pytest.mark.slow
-def test_actor_killed_mid_run_with_central_inference_is_restarted(tmp_path):
-    import multiprocessing
-    import os
-    import signal
-
-    from gazelle.algorithms.impala import train
-
-    killed = []
-
-    def kill_one(progress):
-        if not killed:
-            actors = [
-                p for p in multiprocessing.active_children() if p.name.startswith("gazelle-actor-")
-            ]
-            os.kill(actors[0].pid, signal.SIGKILL)
-            killed.append(actors[0].pid)
-
-    config = ImpalaConfig(
-        env="CartPole-v1",
-        num_actors=2,
-        envs_per_actor=2,
-        batch_size=4,
-        unroll_length=10,
-        total_frames=6000,
-        log_interval_s=0.5,
-        checkpoint_interval_s=1000.0,
-        inference="central",
-        logdir=str(tmp_path),
-    )
-    result = train(config, on_progress=kill_one)
-    assert killed and result.actor_restarts >= 1 and result.frames >= 6000

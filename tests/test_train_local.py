@@ -87,7 +87,8 @@ def test_resume_with_another_env_is_a_clear_error(tmp_path):
         )
 
 
-def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path):
+@pytest.mark.parametrize("inference", ["local", "central"])
+def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path, inference):
     killed = []
 
     def kill_one(progress):
@@ -98,7 +99,7 @@ def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path):
             os.kill(actors[0].pid, signal.SIGKILL)
             killed.append(actors[0].pid)
 
-    config = ImpalaConfig(**SMALL, total_frames=6000, logdir=str(tmp_path))
+    config = ImpalaConfig(**SMALL, total_frames=6000, logdir=str(tmp_path), inference=inference)
     result = train(config, on_progress=kill_one)
     assert killed, "the run ended before an actor could be killed"
     assert result.actor_restarts >= 1
