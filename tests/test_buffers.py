@@ -105,3 +105,14 @@ def test_acquire_waits_for_the_learner_and_respects_stop():
     assert buffers.acquire(0, 1, timeout=5, should_stop=lambda: True) == []
     buffers.commit(first, 0, 0, 0)
     assert buffers.state[first].tolist() == [READY, READY]
+
+
+def test_take_and_the_prefetch_thread_end_when_told_to_stop():
+    from gazelle.runtime.learner import Prefetcher
+
+    buffers = make_buffers()
+    assert buffers.take(1, timeout=30, should_stop=lambda: True) == []
+    prefetcher = Prefetcher(lambda stop: buffers.batches(1, 30.0, stop), torch.device("cpu"))
+    prefetcher.close()
+    prefetcher._thread.join(timeout=3)
+    assert not prefetcher._thread.is_alive()

@@ -101,7 +101,10 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     signal.signal(signal.SIGTERM, on_sigterm)
     run.params.publish(run.agent, updates)
     run.actors.start()
-    prefetcher = Prefetcher(run.buffers.batches(run.batch_size, BATCH_TIMEOUT_S), run.device)
+    prefetcher = Prefetcher(
+        lambda should_stop: run.buffers.batches(run.batch_size, BATCH_TIMEOUT_S, should_stop),
+        run.device,
+    )
     timings = Timings()
     interrupted = False
     start_time, start_frames = time.monotonic(), frames

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,12 +199,18 @@ class UnrollBuffers:
         return dropped
 
     # ---- learner side -----------------------------------------------------------------
-    def take(self, count: int, timeout: float) -> list[int]:
-        """Wait for `count` READY slots (raises TimeoutError)."""
+    def take(
+        self, count: int, timeout: float, should_stop: Callable[[], bool] = lambda: False
+    ) -> list[int]:
+        """Wait for `count` READY slots (raises TimeoutError); [] once `should_stop()`."""
         deadline = time.monotonic() + timeout
         taken: list[int] = []
         while len(taken) < count:
             remaining = deadline - time.monotonic()
+            if should_stop():
+                for s in taken:
+                    self.ready_queue.put(s)
+                return []
             if remaining <= 0:
                 # why: give back what we hold so nothing is lost on a retry.
                 for s in taken:
@@ -235,10 +241,14 @@ class UnrollBuffers:
         for s in slots:
             self.state[s] = FREE
 
-    def batches(self, batch_size: int, timeout: float) -> Iterator[dict[str, torch.Tensor]]:
-        """Endless iterator of gathered batches (slots freed once copied)."""
+    def batches(
+        self, batch_size: int, timeout: float, should_stop: Callable[[], bool] = lambda: False
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """Gathered batches (slots freed once copied) until `should_stop()`."""
         while True:
-            slots = self.take(batch_size, timeout)
+            slots = self.take(batch_size, timeout, should_stop)
+            if not slots:
+                return
             batch = self.gather(slots)
             self.release(slots)
             yield batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,12 +117,19 @@ class Prefetcher:
     """Prepares the next batch on the device while the current one trains (the seed's
     StagingArea): a thread pulls from `batches`, pins and copies without blocking."""
 
-    def __init__(self, batches: Iterator[dict[str, torch.Tensor]], device: torch.device) -> None:
-        self._batches, self._device = batches, device
+    def __init__(
+        self,
+        make_batches: Callable[[Callable[[], bool]], Iterator[dict[str, torch.Tensor]]],
+        device: torch.device,
+    ) -> None:
+        """`make_batches(should_stop)` returns the batch iterator; it must end once
+        `should_stop()` is true, so `close()` also ends the thread."""
+        self._device = device
         # why: one batch in flight adds at most one update of policy lag, as the seed's
         # StagingArea; a bounded queue keeps memory flat.
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
         self._stop = threading.Event()
+        self._batches = make_batches(self._stop.is_set)
         self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
         self._thread.start()
 
