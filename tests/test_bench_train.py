@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from gazelle.bench.train import limit, run
+import gazelle.bench.train as bench_train
+from gazelle.bench.train import learner_busy, limit, run
 from gazelle.cli import main
 from gazelle.config import ImpalaConfig
 
@@ -13,6 +14,43 @@ def test_limit_is_cores_over_core_seconds_per_step():
     rates = {"env": 1000.0, "inference": 4000.0, "learner": 2000.0}
     # 1/1000 + 1/4000 + 1/2000 = 0.00175 core-s per step; 2 cores; 4 frames per step
     assert limit(rates, cores=2, action_repeats=4) == pytest.approx(2 / 0.00175 * 4)
+
+
+def test_learner_busy_is_update_time_over_loop_time():
+    points = [
+        {"timing/learner": 0.03, "timing/learner_wait": 0.01},
+        {"timing/learner": 0.05, "timing/learner_wait": 0.03},
+    ]
+    # mean update 0.04 s, mean wait 0.02 s -> busy 2/3 of the time
+    assert learner_busy(points) == pytest.approx(0.04 / 0.06)
+    assert learner_busy([{"frames": 1}]) is None
+
+
+def test_each_part_keeps_its_best_round(monkeypatch):
+    """Interference only slows a part down, so the best of the interleaved rounds counts."""
+    calls = []
+
+    def fake(name, values):
+        it = iter(values)
+
+        def measure(*args):
+            calls.append(name)
+            return next(it)
+
+        return measure
+
+    monkeypatch.setattr(bench_train, "env_rate", fake("env", [100.0, 300.0, 200.0]))
+    monkeypatch.setattr(bench_train, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
+    monkeypatch.setattr(bench_train, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
+    config = ImpalaConfig(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2)
+    parts = bench_train.measure_parts(config, seconds=0.3, rounds=3)
+    assert parts["rates"] == {
+        "env_steps_per_core_s": 300.0,
+        "inference_samples_per_core_s": 50.0,
+        "learner_samples_per_core_s": 9.0,
+    }
+    # why: interleaved, so a slow spell of the machine hits every part alike
+    assert calls == ["env", "inference", "learner"] * 3
 
 
 @pytest.mark.slow
@@ -33,6 +71,8 @@ def test_bench_runs_real_training_and_reports_the_ratio(capsys):
     }
     assert out["limit_fps"] == pytest.approx(limit(rates, 2, 1), rel=1e-3)
     assert out["inference_batch"] == 4
+    assert 0.0 <= out["learner_busy"] <= 1.0
+    assert out["bound"] == ("learner" if out["learner_busy"] >= 0.9 else "actors")
     assert out["config"]["model"] == "mlp"
     printed = capsys.readouterr().out.strip().splitlines()
     assert json.loads(printed[-1])["fps"] == out["fps"]

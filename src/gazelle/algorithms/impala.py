@@ -150,7 +150,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
             now = time.monotonic()
             if now - last_log >= cfg.log_interval_s:
                 fps = (frames - start_frames) / max(now - start_time, 1e-9)
-                _log(logger, run, recent_metrics, timings, frames, fps, batch)
+                scalars = _log(logger, run, recent_metrics, timings, frames, fps, batch)
                 if on_progress is not None:
                     on_progress(
                         {
@@ -159,6 +159,7 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
                             "time": now,
                             "updates": updates,
                             "episode_return": logger.recent_return(),
+                            **{k: v for k, v in scalars.items() if k.startswith("timing/")},
                         }
                     )
                 last_log = now
@@ -229,7 +230,7 @@ def _log(
     frames: int,
     fps: float,
     batch: dict[str, torch.Tensor],
-) -> None:
+) -> dict[str, Any]:
     scalars = {**_floats(metrics), "charts/fps": fps, **timings.means()}
     scalars.update(run.scores(logger))
     logger.scalars(scalars, frames)
@@ -237,6 +238,7 @@ def _log(
     logger.progress(frames, fps, scalars)
     logger.console_line(frames, fps)
     timings.reset()
+    return scalars
 
 
 def _log_event(event: dict[str, Any]) -> None:

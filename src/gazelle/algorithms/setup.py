@@ -18,6 +18,7 @@ from gazelle.config import ConfigError, ImpalaConfig, resolve, validate
 from gazelle.models import Agent
 from gazelle.optim import make_optimizer
 from gazelle.runtime.actor import ActorSpec
+from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.buffers import SlotLayout, UnrollBuffers
 from gazelle.runtime.inference import InferenceChannels, InferenceServer
 from gazelle.runtime.learner import Learner, LossSettings
@@ -141,6 +142,7 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     np.random.seed(config.seed)  # noqa: NPY002 - seeds the global RNG that envs may use
     torch.manual_seed(config.seed)
     device = resolve_device(config.device)
+    keep_freed_memory()  # why: the learner reallocates its big activations every step
     if device.type == "cpu":
         # why: the actors run one thread each; the learner gets the cores left (at least one)
         # instead of torch's default of all cores, which oversubscribes the machine.

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from gazelle.models import Agent
+from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.buffers import UnrollBuffers
 from gazelle.runtime.inference import InferenceChannels
 from gazelle.runtime.params import ParamStore
@@ -230,6 +231,7 @@ def actor_process(
     # why: one torch thread per actor process; two threads per process on a shared core
     # ran 10-250x slower (DESIGN.md measurements).
     torch.set_num_threads(1)
+    keep_freed_memory()
     torch.manual_seed(spec.seed)
 
     def report(event: dict[str, Any]) -> None:
