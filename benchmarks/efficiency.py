@@ -18,8 +18,8 @@ from gazelle.config import ImpalaConfig
 #: torso -> the config measured best on 2 cores (see docs/performance.md).
 CONFIGS = {
     "shallow": dict(num_actors=2, envs_per_actor=32),
-    "nature": dict(num_actors=1, envs_per_actor=16),
-    "deep": dict(num_actors=1, envs_per_actor=16, learner_threads=2, precision="bf16"),
+    "nature": dict(num_actors=1, envs_per_actor=32),
+    "deep": dict(num_actors=1, envs_per_actor=16, precision="bf16"),
 }
 
 

@@ -70,6 +70,8 @@ def test_bench_runs_real_training_and_reports_the_ratio(capsys):
         )
     }
     assert out["limit_fps"] == pytest.approx(limit(rates, 2, 1), rel=1e-3)
+    assert out["env_limit_fps"] == pytest.approx(2 * out["env_steps_per_core_s"], rel=1e-3)
+    assert out["env_efficiency"] == pytest.approx(out["fps"] / out["env_limit_fps"], abs=1e-3)
     assert out["inference_batch"] == 4
     assert 0.0 <= out["learner_busy"] <= 1.0
     assert out["bound"] == ("learner" if out["learner_busy"] >= 0.9 else "actors")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,23 @@ def test_crash_during_save_leaves_old_checkpoint_and_no_temp_file(
     assert path.read_bytes() == before
     assert load(path)["frames"] == 10
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_save_removes_temp_files_a_killed_save_left(tmp_path: Path) -> None:
+    """A SIGKILL mid-save leaves its temp file; the next save deletes it once it is stale,
+    but never a temp file that another save may be writing right now."""
+    path = tmp_path / "ckpt.pt"
+    stale = tmp_path / ".ckpt.pt.k1ll3d.tmp"
+    fresh = tmp_path / ".ckpt.pt.wr1t1ng.tmp"
+    other = tmp_path / ".other.pt.k1ll3d.tmp"
+    for leftover in (stale, fresh, other):
+        leftover.write_bytes(b"half a checkpoint")
+    old = time.time() - 2 * checkpoint.STALE_TEMP_S
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    save(path, {"frames": 1})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [".ckpt.pt.wr1t1ng.tmp", ".other.pt.k1ll3d.tmp", "ckpt.pt"]
 
 
 def test_load_missing_names_the_path(tmp_path: Path) -> None:

@@ -14,9 +14,11 @@ Python, NumPy (global) and torch RNGs in that form, and ``set_rng_state`` restor
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import random
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,24 @@ def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = Tr
             tmp.unlink()
         raise
     _fsync_dir(path.parent)
+    _remove_stale_temps(path)
+
+
+#: A temporary file of `save` untouched this long belongs to a save that was killed.
+STALE_TEMP_S = 60.0
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Delete the temporary files that a killed `save` (SIGKILL, power loss) left behind.
+
+    why: only files untouched for `STALE_TEMP_S` go, so a save running at this moment in
+    another process (its file is being written) is left alone.
+    """
+    now = time.time()
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*tmp"):
+        with contextlib.suppress(OSError):
+            if now - leftover.stat().st_mtime > STALE_TEMP_S:
+                leftover.unlink()
 
 
 def load(path: str | Path, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU check of docs/performance.md, as one prepared script of at most ~8 minutes.
+#
+# On a machine with an NVIDIA GPU and torch already installed (no network needed): the CUDA
+# tests, then `gazelle bench` with the deep torso + LSTM on Pong, central inference on the
+# GPU and actors on every core but one, then the shallow torso the same way. Each bench
+# prints its table and one JSON line; `env_efficiency` (training fps over every core stepping
+# Pong alone) is the figure the GPU check is judged by (aim: >= 0.6).
+#
+# Missing Python packages travel as wheels in .whl/ (see docs/performance.md, "GPU check"):
+#   bash benchmarks/gpu_check.sh            # logs to $OUT (or ./gpu_check_out)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu_check_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
+CORES=$(nproc)
+ACTORS=$((CORES > 2 ? CORES - 1 : 1))
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+    echo "cores $CORES, actors $ACTORS"
+} 2>&1 | tee "$OUT/machine.txt"
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_vtrace.py tests/test_learner.py \
+    tests/test_inference.py -m "not slow" 2>&1 | tail -5 | tee "$OUT/tests.txt"
+for torso in deep shallow; do
+    precision=$([ "$torso" = deep ] && echo bf16 || echo fp32)
+    timeout 220 python3 -m gazelle.cli bench --model "$torso" --device cuda --inference central \
+        --num-actors "$ACTORS" --envs-per-actor 32 --precision "$precision" --seconds 120 \
+        --part-seconds 3 2>&1 | grep -v '^frames' | tee "$OUT/bench_$torso.txt"
+done
