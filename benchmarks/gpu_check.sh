@@ -27,8 +27,8 @@ ACTORS=$((CORES > 2 ? CORES - 1 : 1))
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
     echo "cores $CORES, actors $ACTORS"
 } 2>&1 | tee "$OUT/machine.txt"
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_vtrace.py tests/test_learner.py \
-    tests/test_inference.py -m "not slow" 2>&1 | tail -5 | tee "$OUT/tests.txt"
+timeout 180 python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py tests/test_vtrace.py \
+    -k "cuda or gpu" 2>&1 | tail -8 | tee "$OUT/tests.txt"
 for torso in deep shallow; do
     precision=$([ "$torso" = deep ] && echo bf16 || echo fp32)
     timeout 220 python3 -m gazelle.cli bench --model "$torso" --device cuda --inference central \

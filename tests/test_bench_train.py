@@ -106,3 +106,20 @@ def test_cli_bench_passes_flags_through(capsys):
     )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["config"]["envs_per_actor"] == 2 and result["config"]["batch_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "foo"], "--model: invalid value 'foo'; allowed: auto | deep"),
+        (["--inference", "gpu"], "--inference: invalid value 'gpu'; allowed: auto | local"),
+        (["--env", "Nope-v0"], "--env: invalid value 'Nope-v0'"),
+    ],
+)
+def test_cli_bench_bad_flag_is_one_line(capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *flags, "--seconds", "1", "--part-seconds", "0.1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"gazelle bench: error: {message}" in err
+    assert "Traceback" not in err

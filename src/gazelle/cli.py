@@ -203,21 +203,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         # why: `gazelle bench [X] --flags` hands its flags to the bench module's own parser.
         what = argv[1] if len(argv) > 1 and argv[1] in BENCHES else "train"
         rest = argv[2:] if len(argv) > 1 and argv[1] in BENCHES else argv[1:]
-        return cmd_bench(argparse.Namespace(what=what), rest)
+        return _one_line_errors(
+            parser, "bench", lambda: cmd_bench(argparse.Namespace(what=what), rest)
+        )
     args = parser.parse_args(argv)
+    commands = {"train": cmd_train, "test": cmd_test, "plot": cmd_plot}
+    return _one_line_errors(parser, args.command, lambda: commands[args.command](args))
+
+
+def _one_line_errors(parser: argparse.ArgumentParser, command: str, run: Any) -> int:
+    """Run a command; a bad flag value (ConfigError, or a ValueError whose message names the
+    flag) or a missing file exits 2 with one line instead of a traceback."""
     try:
-        if args.command == "train":
-            return cmd_train(args)
-        if args.command == "test":
-            return cmd_test(args)
-        return cmd_plot(args)
+        return int(run())
     except ConfigError as err:
-        parser.exit(2, f"gazelle {args.command}: error: {err}\n")
+        parser.exit(2, f"gazelle {command}: error: {err}\n")
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, ValueError) and not str(err).startswith("--"):
             raise
-        parser.exit(2, f"gazelle {args.command}: error: {err}\n")
-    return 0
+        parser.exit(2, f"gazelle {command}: error: {err}\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from gazelle.models import TORSOS, Agent
+from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.types import FRAME, ObsSpec
 
 DEFAULT_FRAMES: dict[str, tuple[int, ...]] = {
@@ -200,6 +201,7 @@ def run(
         f"T={unroll_length} B={learner_batch} + backward + RMSProp"
     )
     say(_header(batch_sizes, precisions), flush=True)
+    keep_freed_memory()  # why: as in the learner and actor processes, so the figures match
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
