@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -158,3 +159,20 @@ def test_expand_levels() -> None:
     with pytest.raises(ValueError, match="no environment"):
         expand_levels(" , ")
     assert default_action_repeats("dmlab30") == 4 and default_action_repeats("dmlab:x") == 4
+
+
+def test_envs_do_not_import_torch():
+    """Every env worker process imports gazelle.envs; torch would add ~1.5 s to each start."""
+    code = (
+        "import sys, gazelle.envs as e\n"
+        "for spec in ('ALE/Pong-v5', 'CartPole-v1', 'gazelle/Memory-v0',"
+        " 'BabyAI-GoToLocalS6N2-v0'):\n"
+        "    env = e.make(spec)\n"
+        "    env.reset(seed=0)\n"
+        "    env.step(env.action_space.sample())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"

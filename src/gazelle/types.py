@@ -15,10 +15,12 @@ agent's inputs for every step and shifts by one (see `gazelle.runtime.learner`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # why: envs import this module in every env worker; torch costs ~1.5 s
+    import torch
 
 #: Keys of an observation dict. `frame` is always present; `instruction` only for tasks that
 #: have a text instruction (BabyAI, DMLab language levels, the instruction diagnostic task).
@@ -26,7 +28,7 @@ FRAME = "frame"
 INSTRUCTION = "instruction"
 
 #: LSTM state as `(h, c)`, each `[B, H]`; an empty tuple for a feed-forward agent.
-AgentState = tuple[torch.Tensor, ...]
+AgentState = tuple["torch.Tensor", ...]
 
 
 @dataclass(frozen=True)
