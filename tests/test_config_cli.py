@@ -118,3 +118,45 @@ def test_cli_unknown_env_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "--env" in proc.stderr and "NoSuchEnv-v9" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_default_num_actors_leaves_the_learner_a_core():
+    from gazelle.config import default_num_actors
+
+    assert default_num_actors(cores=16) == 15
+    assert default_num_actors(cores=4) == 3
+    # why: at least 2, so that acting and learning overlap even on a 1- or 2-core machine
+    assert default_num_actors(cores=2) == 2
+    assert default_num_actors(cores=1) == 2
+    assert default_num_actors(num_levels=30, cores=16) == 30
+
+
+def test_unset_num_actors_resolves_for_this_machine():
+    from gazelle.algorithms.setup import prepare
+    from gazelle.config import default_num_actors
+
+    run = prepare(ImpalaConfig(env="CartPole-v1"))
+    assert run.config.num_actors == default_num_actors()
+    assert len(run.actors.specs) == run.config.num_actors
+    multi = prepare(ImpalaConfig(env="CartPole-v1,CartPole-v1,CartPole-v1", model="mlp"))
+    assert multi.config.num_actors == default_num_actors(num_levels=3)
+
+
+def test_multi_task_levels_must_share_observations_and_actions(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "ALE/Breakout-v5,ALE/Pong-v5", "--max-seconds", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--env: invalid value 'ALE/Breakout-v5,ALE/Pong-v5'" in err
+    assert "4 actions" in err and "6 actions" in err and "--full-action-space" in err
+    assert "Traceback" not in err
+
+
+def test_full_action_space_gives_every_game_the_18_actions():
+    from gazelle.algorithms.setup import env_kwargs, probe
+
+    config = ImpalaConfig(env="ALE/Breakout-v5,ALE/Pong-v5", full_action_space=True)
+    levels, spec, repeats, kind = probe(config)
+    assert levels == ["ALE/Breakout-v5", "ALE/Pong-v5"] and kind == "atari"
+    assert spec.num_actions == 18 and repeats == 4
+    assert env_kwargs(config)["full_action_space"] is True  # the actors' envs get it too

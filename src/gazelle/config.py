@@ -10,6 +10,7 @@ naming the flag, the bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -42,6 +43,9 @@ class ImpalaConfig:
     """Atari: repeat the previous action with probability 0.25 (revisited ALE protocol)."""
     life_loss: bool = False
     """Atari: treat a lost life as the end of an episode for the loss (not for the logs)."""
+    full_action_space: bool = False
+    """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
+    when the games' action sets differ)."""
     # --- model ---
     model: str = "auto"
     """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors, else deep."""
@@ -50,8 +54,9 @@ class ImpalaConfig:
     use_instruction: bool = True
     """Feed the env's instruction text to the language encoder (off: ablation)."""
     # --- actors ---
-    num_actors: int = 2
-    """Actor processes (the seed's default is 4 on a big machine; 2 suits a laptop)."""
+    num_actors: int | None = None
+    """Actor processes; None: the machine's cores minus one for the learner (at least 2, and
+    at least one per level of a multi-task --env)."""
     envs_per_actor: int | None = None
     """Envs each actor steps, with their inference batched."""
     inference: str = "auto"
@@ -184,6 +189,13 @@ def env_family(env: str, frame_is_image: bool, env_kind: str | None = None) -> s
     return "image" if frame_is_image else "vector"
 
 
+def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
+    """Actors for `--num-actors` left unset: every core but the learner's, at least 2 (so a
+    2-core laptop still overlaps acting with learning) and one per level."""
+    cores = cores or os.cpu_count() or 1
+    return max(2, cores - 1, num_levels)
+
+
 def resolve(
     config: ImpalaConfig, frame_is_image: bool, env_kind: str | None = None
 ) -> ImpalaConfig:
@@ -224,9 +236,14 @@ def validate(config: ImpalaConfig) -> ImpalaConfig:
     choice("precision", PRECISION_CHOICES)
     choice("inference", INFERENCE_CHOICES)
     choice("optimizer", OPTIMIZER_CHOICES)
-    for name in ("num_actors", "slots_per_env"):
-        positive(name)
-    for name in ("num_action_repeats", "envs_per_actor", "batch_size", "unroll_length"):
+    positive("slots_per_env")
+    for name in (
+        "num_actors",
+        "num_action_repeats",
+        "envs_per_actor",
+        "batch_size",
+        "unroll_length",
+    ):
         positive(name, allow_none=True)
     positive("total_frames", allow_none=True)
     for name in ("learning_rate", "epsilon"):

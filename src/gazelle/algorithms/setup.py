@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 
 from gazelle.backends.local import LocalActors
-from gazelle.config import ConfigError, ImpalaConfig, resolve, validate
+from gazelle.config import ConfigError, ImpalaConfig, default_num_actors, resolve, validate
 from gazelle.models import Agent
 from gazelle.optim import make_optimizer
 from gazelle.runtime.actor import ActorSpec
@@ -94,39 +94,69 @@ def env_kwargs(config: ImpalaConfig) -> dict[str, Any]:
         kwargs["sticky_actions"] = True
     if config.life_loss:
         kwargs["life_loss"] = True
+    if config.full_action_space:
+        kwargs["full_action_space"] = True
     return kwargs
 
 
 def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int, str]:
-    """Levels, observation spec, action repeats and env kind, from one env of the first
-    level."""
-    from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec
+    """Levels, observation spec, action repeats and env kind; every distinct level of a
+    multi-task --env must share the first one's observations and actions."""
+    from gazelle.envs import default_action_repeats, expand_levels
     from gazelle.envs.registry import resolve as resolve_env
 
     try:
         levels = expand_levels(config.env, test_mode=False)
-        env = make(levels[0], seed=0, **env_kwargs(config))
+        kind = "dmlab" if levels[0].startswith("dmlab:") else resolve_env(levels[0]).kind
     except (ValueError, KeyError, ImportError) as err:
         raise ConfigError("env", config.env, f"an env gazelle can make ({err})") from err
-    if config.num_actors < len(levels):
+    if config.num_actors is not None and config.num_actors < len(levels):
         raise ConfigError(
             "num_actors",
             config.num_actors,
             f"at least {len(levels)}, one actor per level of --env {config.env}",
         )
+    spec = _level_spec(config, levels[0])
+    # why: one agent serves every level, so its input and policy head must fit them all.
+    # DMLab levels share one observation config by construction (and load slowly).
+    for level in dict.fromkeys(levels[1:]) if kind != "dmlab" else ():
+        other = _level_spec(config, level)
+        if other != spec:
+            hint = " (Atari games: add --full-action-space)" if kind == "atari" else ""
+            raise ConfigError(
+                "env",
+                config.env,
+                f"levels with the same observations and actions; {levels[0]} has "
+                f"{_describe(spec)}, {level} has {_describe(other)}{hint}",
+            )
+    repeats = config.num_action_repeats or default_action_repeats(levels[0])
+    return levels, spec, repeats, kind
+
+
+def _level_spec(config: ImpalaConfig, level: str) -> ObsSpec:
+    from gazelle.envs import make, obs_spec
+
     try:
-        spec = obs_spec(env)
+        env = make(level, seed=0, **env_kwargs(config))
+    except (ValueError, KeyError, ImportError) as err:
+        raise ConfigError("env", config.env, f"an env gazelle can make ({err})") from err
+    try:
+        return obs_spec(env)
     finally:
         env.close()
-    repeats = config.num_action_repeats or default_action_repeats(levels[0])
-    kind = "dmlab" if levels[0].startswith("dmlab:") else resolve_env(levels[0]).kind
-    return levels, spec, repeats, kind
+
+
+def _describe(spec: ObsSpec) -> str:
+    text = f"frames {spec.frame_shape} {spec.frame_dtype} and {spec.num_actions} actions"
+    return text + (" with instructions" if spec.has_instruction else "")
 
 
 def prepare(config: ImpalaConfig) -> RunSetup:
     validate(config)
     levels, spec, repeats, kind = probe(config)
     config = validate(resolve(config, spec.is_image, kind))
+    if config.num_actors is None:
+        config = dataclasses.replace(config, num_actors=default_num_actors(len(levels)))
     if config.inference == "auto":
         # why: as in the seed, dynamic batching when the learner has a GPU (one big batch on
         # the device instead of every actor running the net on a CPU core); on CPU the
@@ -136,6 +166,7 @@ def prepare(config: ImpalaConfig) -> RunSetup:
     if not config.use_instruction:
         spec = dataclasses.replace(spec, has_instruction=False)
     assert config.batch_size and config.unroll_length and config.envs_per_actor
+    assert config.num_actors
     assert config.learning_rate and config.epsilon is not None
     assert config.entropy_cost is not None and config.total_frames
     random.seed(config.seed)
@@ -210,7 +241,7 @@ def _actors(
     """The actor processes, with the central inference server when `config` asks for it."""
     if config.inference != "central":
         return LocalActors(specs, buffers, params, ctx)
-    assert config.envs_per_actor
+    assert config.envs_per_actor and config.num_actors
     spec = specs[0].obs_spec
     channels = InferenceChannels(
         spec, config.num_actors, config.envs_per_actor, CORE_SIZE if config.use_lstm else 0, ctx

@@ -138,7 +138,7 @@ def measure_parts(config: ImpalaConfig, seconds: float, rounds: int = 3) -> dict
         # --inference-max-batch), so inference alone is measured at that batch.
         batch = int(cfg.envs_per_actor or 1)
         if cfg.inference == "central":
-            batch = cfg.inference_max_batch or batch * cfg.num_actors
+            batch = cfg.inference_max_batch or batch * int(cfg.num_actors or 1)
         parts: dict[str, Callable[[float], float]] = {
             "env_steps_per_core_s": lambda s: env_rate(run.levels[0], env_kwargs(cfg), s),
             "inference_samples_per_core_s": lambda s: inference_rate(run, batch, s),
@@ -283,7 +283,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--env", default="ALE/Pong-v5")
     parser.add_argument("--model", default="shallow")
     parser.add_argument("--use-lstm", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--num-actors", type=int, default=None, help="default: the machine's cores")
+    parser.add_argument(
+        "--num-actors", type=int, default=None, help="default: the cores but one (at least 2)"
+    )
     parser.add_argument("--envs-per-actor", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--unroll-length", type=int, default=None)
@@ -303,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         env=args.env,
         model=args.model,
         use_lstm=args.use_lstm,
-        num_actors=args.num_actors or os.cpu_count() or 1,
+        num_actors=args.num_actors,
         envs_per_actor=args.envs_per_actor,
         batch_size=args.batch_size,
         unroll_length=args.unroll_length,
