@@ -141,7 +141,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     from gazelle.evaluate import evaluate
 
-    evaluate(args.logdir, episodes=args.episodes, greedy=args.greedy, seed=args.seed)
+    evaluate(
+        args.logdir, episodes=args.episodes, greedy=args.greedy, seed=args.seed, video=args.video
+    )
     return 0
 
 
@@ -186,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--episodes", type=_number(int), default=10, help="episodes per level")
     test.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
     test.add_argument("--seed", type=_number(int), default=1)
+    test.add_argument(
+        "--video",
+        type=_number(int),
+        default=0,
+        metavar="N",
+        help="record the first N episodes of each level as GIFs in <logdir>/videos",
+    )
     bench = sub.add_parser("bench", help="measure speed: train (default), models or env")
     bench.add_argument("what", nargs="?", choices=BENCHES, default="train")
     plot = sub.add_parser("plot", help="plot progress.jsonl of one or more runs to a PNG")

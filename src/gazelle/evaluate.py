@@ -21,17 +21,28 @@ from gazelle import checkpoint
 from gazelle.config import ImpalaConfig
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.types import INSTRUCTION
+from gazelle.video import EpisodeRecorder, clip_name, save_gif
 
 RESULTS_FILE = "test_results.json"
+VIDEO_DIR = "videos"
 MAX_STEPS_PER_EPISODE = 1_000_000
 
 
 def run_episodes(
-    agent: Any, env: Any, episodes: int, greedy: bool, encode: ObsEncoder, seed: int
+    agent: Any,
+    env: Any,
+    episodes: int,
+    greedy: bool,
+    encode: ObsEncoder,
+    seed: int,
+    recorder: EpisodeRecorder | None = None,
 ) -> list[float]:
-    """Returns of `episodes` whole games of `env` (one env, batch of 1)."""
+    """Returns of `episodes` whole games of `env` (one env, batch of 1); `recorder` gets the
+    colour frame after every reset and step."""
     returns: list[float] = []
     obs, _ = env.reset(seed=seed)
+    if recorder is not None:
+        recorder.frame(0)
     state = agent.initial_state(1)
     action = torch.zeros(1, dtype=torch.long)
     reward = torch.zeros(1)
@@ -45,6 +56,8 @@ def run_episodes(
             out, state = agent.step(encode(batch), action, reward, done, state, greedy=greedy)
             action = out.action
             obs, r, terminated, truncated, info = env.step(int(action[0]))
+            if recorder is not None:
+                recorder.frame(len(returns))  # why: before the append, so an end frame
             episode_return += float(r)
             steps += 1
             reward = torch.tensor([float(r)])
@@ -54,6 +67,8 @@ def run_episodes(
                     returns.append(episode_return)
                     episode_return = 0.0
                 obs, _ = env.reset()
+                if recorder is not None:
+                    recorder.frame(len(returns))
             if steps > MAX_STEPS_PER_EPISODE * episodes:
                 raise RuntimeError(f"test: no episode ended in {steps} steps")
     return returns
@@ -65,10 +80,15 @@ def evaluate(
     greedy: bool = False,
     seed: int = 1,
     verbose: bool = True,
+    video: int = 0,
 ) -> dict[str, Any]:
-    """Evaluate the checkpoint in `logdir`; returns (and writes) the results dict."""
+    """Evaluate the checkpoint in `logdir`; returns (and writes) the results dict.
+
+    `video`: record the first `video` episodes of each level as GIFs in `logdir/videos`
+    (their paths, relative to `logdir`, go into each level's `videos`).
+    """
     from gazelle.algorithms.setup import env_kwargs
-    from gazelle.envs import expand_levels, make, obs_spec, scores
+    from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec, scores
     from gazelle.models import Agent
 
     logdir = Path(logdir)
@@ -85,8 +105,11 @@ def evaluate(
     agent = None
     encode = ObsEncoder(32, config.use_instruction)
     level_returns: dict[str, list[float]] = {}
+    if video < 0:
+        raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
     for index, level in enumerate(levels):
-        env = make(level, seed=seed + index, test_mode=True, **env_kwargs(config))
+        env = _make_env(make, level, seed + index, env_kwargs(config), video > 0)
+        recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
             if agent is None:
                 spec = obs_spec(env)
@@ -95,7 +118,8 @@ def evaluate(
                 agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm)
                 agent.load_state_dict(state["agent"])
                 agent.eval()
-            returns = run_episodes(agent, env, episodes, greedy, encode, seed + index)
+            returns = run_episodes(agent, env, episodes, greedy, encode, seed + index, recorder)
+            fps = float(env.metadata.get("render_fps", 30)) / default_action_repeats(level)
         finally:
             env.close()
         level_returns[level] = returns
@@ -104,6 +128,14 @@ def evaluate(
             "std_return": float(np.std(returns)),
             "returns": returns,
         }
+        if recorder is not None:
+            paths = [
+                save_gif(clip, logdir / VIDEO_DIR / clip_name(level, k), fps)
+                for k, clip in enumerate(recorder.clips)
+            ]
+            results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
+            if verbose:
+                print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
         if verbose:
             print(f"{level}: mean return {np.mean(returns):.2f} over {episodes} episodes")
     try:
@@ -124,3 +156,20 @@ def evaluate(
     if verbose:
         print(f"wrote {logdir / RESULTS_FILE}")
     return results
+
+
+def _make_env(make: Any, level: str, seed: int, kwargs: dict[str, Any], render: bool) -> Any:
+    """The test-mode env; with `render`, one that renders colour frames (or a clear error)."""
+    if not render:
+        return make(level, seed=seed, test_mode=True, **kwargs)
+    try:
+        env = make(level, seed=seed, test_mode=True, render_mode="rgb_array", **kwargs)
+    except TypeError as err:
+        raise ValueError(
+            f"--video: {level} cannot render frames (no render_mode='rgb_array': {err}); "
+            "allowed: envs that render, e.g. Atari, MiniGrid/BabyAI, Gymnasium classic control"
+        ) from err
+    if getattr(env, "render_mode", None) != "rgb_array":
+        env.close()
+        raise ValueError(f"--video: {level} does not render rgb_array frames; allowed: --video 0")
+    return env
