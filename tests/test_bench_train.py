@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-import gazelle.bench.train as bench_train
+import gazelle.bench.parts as bench_parts
 from gazelle.bench.train import learner_busy, limit, run
 from gazelle.cli import main
 from gazelle.config import ImpalaConfig
@@ -39,11 +39,11 @@ def test_each_part_keeps_its_best_round(monkeypatch):
 
         return measure
 
-    monkeypatch.setattr(bench_train, "env_rate", fake("env", [100.0, 300.0, 200.0]))
-    monkeypatch.setattr(bench_train, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
-    monkeypatch.setattr(bench_train, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
+    monkeypatch.setattr(bench_parts, "env_rate", fake("env", [100.0, 300.0, 200.0]))
+    monkeypatch.setattr(bench_parts, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
+    monkeypatch.setattr(bench_parts, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
     config = ImpalaConfig(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2)
-    parts = bench_train.measure_parts(config, seconds=0.3, rounds=3)
+    parts = bench_parts.measure_parts(config, seconds=0.3, rounds=3)
     assert parts["rates"] == {
         "env_steps_per_core_s": 300.0,
         "inference_samples_per_core_s": 50.0,
