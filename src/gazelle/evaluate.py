@@ -128,6 +128,8 @@ def evaluate(
             "std_return": float(np.std(returns)),
             "returns": returns,
         }
+        if verbose:
+            print(f"{level}: mean return {np.mean(returns):.2f} over {episodes} episodes")
         if recorder is not None:
             paths = [
                 save_gif(clip, logdir / VIDEO_DIR / clip_name(level, k), fps)
@@ -136,8 +138,6 @@ def evaluate(
             results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
             if verbose:
                 print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
-        if verbose:
-            print(f"{level}: mean return {np.mean(returns):.2f} over {episodes} episodes")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
             level_returns, per_level_cap=None
