@@ -106,7 +106,9 @@ def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path, i
     assert result.frames >= 6000
 
 
-def test_sigterm_saves_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_save_a_checkpoint(tmp_path, sig):
+    """SIGINT is sent to a run started with SIGINT ignored, as `nohup cmd &` starts it."""
     script = (
         "from gazelle.algorithms.impala import train\n"
         "from gazelle.config import ImpalaConfig\n"
@@ -115,7 +117,11 @@ def test_sigterm_saves_a_checkpoint(tmp_path):
         " log_interval_s=0.2))\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     progress = tmp_path / "progress.jsonl"
     deadline = 120
@@ -125,7 +131,7 @@ def test_sigterm_saves_a_checkpoint(tmp_path):
     while not (progress.exists() and progress.read_text().count("\n") >= 2):
         assert time.monotonic() - start < deadline and proc.poll() is None
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert "interrupted" in out
     state = checkpoint.load(tmp_path / "checkpoint.pt")

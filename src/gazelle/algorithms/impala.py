@@ -44,7 +44,7 @@ class TrainResult:
 
 
 class _Terminate(Exception):
-    """SIGTERM as an exception, so `finally` saves the checkpoint."""
+    """SIGTERM or SIGINT as an exception, so `finally` saves the checkpoint."""
 
 
 def _episodes(batch: dict[str, torch.Tensor]) -> tuple[np.ndarray, ...]:
@@ -93,12 +93,15 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
     )
     _write_config(logdir, cfg)
     frames_per_batch = run.batch_size * run.unroll_length * run.action_repeats
-    previous_handler = signal.getsignal(signal.SIGTERM)
+    previous_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         raise _Terminate
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # why: SIGINT too, because a run started in the background by a non-interactive shell
+    # (nohup, `cmd &` in a script) inherits SIGINT as ignored, and `kill -INT` would do nothing.
+    for sig in previous_handlers:
+        signal.signal(sig, on_signal)
     run.params.publish(run.agent, updates)
     run.actors.start()
     prefetcher = Prefetcher(
@@ -170,7 +173,8 @@ def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = No
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
         prefetcher.close()
         run.actors.close()
         _save(run, ckpt_path, frames, updates, episodes)
