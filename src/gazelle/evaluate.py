@@ -88,7 +88,7 @@ def evaluate(
     (their paths, relative to `logdir`, go into each level's `videos`).
     """
     from gazelle.algorithms.setup import env_kwargs
-    from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec, scores
+    from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
     from gazelle.models import Agent
 
     logdir = Path(logdir)
@@ -108,7 +108,7 @@ def evaluate(
     if video < 0:
         raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
     for index, level in enumerate(levels):
-        env = _make_env(make, level, seed + index, env_kwargs(config), video > 0)
+        env = _make_env(level, seed + index, env_kwargs(config), video > 0)
         recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
             if agent is None:
@@ -158,8 +158,10 @@ def evaluate(
     return results
 
 
-def _make_env(make: Any, level: str, seed: int, kwargs: dict[str, Any], render: bool) -> Any:
+def _make_env(level: str, seed: int, kwargs: dict[str, Any], render: bool) -> Any:
     """The test-mode env; with `render`, one that renders colour frames (or a clear error)."""
+    from gazelle.envs import make
+
     if not render:
         return make(level, seed=seed, test_mode=True, **kwargs)
     try:
