@@ -11,7 +11,8 @@ from gazelle.envs.resize import AreaResize, area_weights
 
 
 def _pong(**kwargs: object) -> AtariEnv:
-    env = make("ALE/Pong-v5", seed=0, **kwargs)
+    # why: these tests replay the emulator step by step, which sticky actions would randomise.
+    env = make("ALE/Pong-v5", seed=0, sticky_actions=False, **kwargs)
     assert isinstance(env, AtariEnv)
     return env
 
@@ -27,6 +28,48 @@ def test_deepmind_obs_and_actions() -> None:
     assert obs["frame"].shape == (4, 84, 84) and obs["frame"].dtype == np.uint8
     assert env.observation_space.contains(obs) and not info["game_over"]
     assert env.ale.getFloat("repeat_action_probability") == 0.0
+
+
+def test_v5_ids_keep_sticky_actions_and_the_whole_game() -> None:
+    env = make("ALE/Breakout-v5", seed=0)
+    assert isinstance(env, AtariEnv)
+    assert env.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    assert not env._life_loss and env._fire_actions == ()
+
+
+def test_no_frameskip_v4_ids_follow_the_classic_deepmind_protocol() -> None:
+    env = make("BreakoutNoFrameskip-v4", seed=0)
+    assert isinstance(env, AtariEnv)
+    assert env.ale.getFloat("repeat_action_probability") == 0.0
+    assert env._life_loss and env._noop_max == 30
+    assert [a.name for a in env._fire_actions] == ["FIRE", "RIGHT"]
+    # test mode plays the full game, even when life loss is asked for
+    assert not make("BreakoutNoFrameskip-v4", seed=0, test_mode=True)._life_loss
+    assert not make("BreakoutNoFrameskip-v4", seed=0, life_loss=True, test_mode=True)._life_loss
+    # explicit flags override the protocol
+    env = make("BreakoutNoFrameskip-v4", seed=0, sticky_actions=True, life_loss=False)
+    assert env.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)
+    assert not env._life_loss
+
+
+def test_fire_reset_launches_the_ball_at_every_life() -> None:
+    """Breakout waits for FIRE: with NOOPs only, no ball moves and no life is ever lost
+    unless the reset pressed FIRE; with it, every life's reset launches a ball."""
+    idle = make("ALE/Breakout-v5", seed=0, sticky_actions=False, life_loss=True, noop_max=0)
+    idle.reset()
+    infos = [idle.step(0)[4] for _ in range(300)]
+    assert infos[-1]["lives"] == 5  # never launched, never lost
+    env = make("BreakoutNoFrameskip-v4", seed=0, noop_max=0)
+    env.reset()
+    lives_lost = 0
+    for _ in range(3000):
+        _, _, terminated, truncated, info = env.step(0)  # NOOP only: the resets must fire
+        if terminated or truncated:
+            if info["game_over"]:
+                break
+            lives_lost += 1
+            env.reset()
+    assert lives_lost == 4 and info["game_over"] and info["lives"] == 0
 
 
 def test_short_name_sticky_full_action_space_and_universe() -> None:

@@ -18,7 +18,7 @@ TORSO_CHOICES = ("auto", "deep", "shallow", "nature", "universe", "mlp")
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 PRECISION_CHOICES = ("fp32", "bf16")
 INFERENCE_CHOICES = ("auto", "local", "central")
-OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop")
+OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
 
 
 class ConfigError(ValueError):
@@ -39,10 +39,12 @@ class ImpalaConfig:
     """Gymnasium id, a comma-separated list (multi-task), or `dmlab30`."""
     num_action_repeats: int | None = None
     """Env frames per agent step (Atari frame skip); None: the env family's default."""
-    sticky_actions: bool = False
-    """Atari: repeat the previous action with probability 0.25 (revisited ALE protocol)."""
-    life_loss: bool = False
-    """Atari: treat a lost life as the end of an episode for the loss (not for the logs)."""
+    sticky_actions: bool | None = None
+    """Atari: repeat the previous action with probability 0.25 (revisited ALE protocol);
+    unset: the id's protocol (ALE/*-v5 on, *NoFrameskip-v4 off)."""
+    life_loss: bool | None = None
+    """Atari: a lost life ends the training episode (not the logged game, never in test
+    mode); unset: the id's protocol (*NoFrameskip-v4 on, ALE/*-v5 off)."""
     full_action_space: bool = False
     """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
     when the games' action sets differ)."""
@@ -197,10 +199,20 @@ def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
 
 
 def resolve(
-    config: ImpalaConfig, frame_is_image: bool, env_kind: str | None = None
+    config: ImpalaConfig,
+    frame_is_image: bool,
+    env_kind: str | None = None,
+    env_defaults: dict[str, Any] | None = None,
 ) -> ImpalaConfig:
-    """Fill the fields left None from the env family's preset; pick the torso for `auto`."""
-    preset = PRESETS[env_family(config.env, frame_is_image, env_kind)]
+    """Fill the fields left None from the env family's preset and from `env_defaults` (what
+    the env id itself implies, e.g. an Atari id's sticky actions and life loss); pick the
+    torso for `auto`."""
+    preset = {
+        "sticky_actions": False,
+        "life_loss": False,
+        **PRESETS[env_family(config.env, frame_is_image, env_kind)],
+        **(env_defaults or {}),
+    }
     updates = {k: v for k, v in preset.items() if getattr(config, k) is None}
     if config.model == "auto":
         updates["model"] = "deep" if frame_is_image else "mlp"

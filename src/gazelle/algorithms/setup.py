@@ -90,10 +90,12 @@ def env_kwargs(config: ImpalaConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if config.num_action_repeats is not None:
         kwargs["num_action_repeats"] = config.num_action_repeats
-    if config.sticky_actions:
-        kwargs["sticky_actions"] = True
-    if config.life_loss:
-        kwargs["life_loss"] = True
+    # why: None leaves the choice to the env id's protocol; False must reach an Atari env
+    # (e.g. ALE/*-v5 without its sticky actions), and is a no-op elsewhere.
+    if config.sticky_actions is not None:
+        kwargs["sticky_actions"] = config.sticky_actions
+    if config.life_loss is not None:
+        kwargs["life_loss"] = config.life_loss
     if config.full_action_space:
         kwargs["full_action_space"] = True
     return kwargs
@@ -133,6 +135,16 @@ def probe(config: ImpalaConfig) -> tuple[list[str], ObsSpec, int, str]:
     return levels, spec, repeats, kind
 
 
+def env_defaults(kind: str, level: str) -> dict[str, Any]:
+    """Config fields that the env id itself implies (the Atari protocol of the id)."""
+    if kind != "atari":
+        return {}
+    from gazelle.envs.registry import atari_protocol
+
+    protocol = atari_protocol(level)
+    return {"sticky_actions": protocol.sticky_actions, "life_loss": protocol.life_loss}
+
+
 def _level_spec(config: ImpalaConfig, level: str) -> ObsSpec:
     from gazelle.envs import make, obs_spec
 
@@ -154,7 +166,7 @@ def _describe(spec: ObsSpec) -> str:
 def prepare(config: ImpalaConfig) -> RunSetup:
     validate(config)
     levels, spec, repeats, kind = probe(config)
-    config = validate(resolve(config, spec.is_image, kind))
+    config = validate(resolve(config, spec.is_image, kind, env_defaults(kind, levels[0])))
     if config.num_actors is None:
         config = dataclasses.replace(config, num_actors=default_num_actors(len(levels)))
     if config.inference == "auto":

@@ -52,6 +52,10 @@ class AtariEnv(gymnasium.Env):
         max_pool: max over the last two frames of each skip (removes Atari flicker).
         crop: `(first_row, end_row)` of the 210-row screen kept before resizing.
         full_action_space: all 18 actions instead of the game's minimal set.
+        fire_reset: where the game has a FIRE action, press FIRE and then the action set's
+            third action (one agent step each) after every reset, including the reset that
+            continues a game after a lost life (the classic DeepMind protocol: games such as
+            Breakout do not start until FIRE is pressed).
         seed: seeds the emulator and the no-ops (`reset(seed=...)` reseeds both).
         render_mode: `None` or `"rgb_array"` (the full-colour screen).
     """
@@ -72,6 +76,7 @@ class AtariEnv(gymnasium.Env):
         max_pool: bool = True,
         crop: tuple[int, int] | None = None,
         full_action_space: bool = False,
+        fire_reset: bool = False,
         seed: int | None = None,
         render_mode: str | None = None,
     ) -> None:
@@ -97,6 +102,10 @@ class AtariEnv(gymnasium.Env):
         full = full_action_space
         self._actions = self._ale.getLegalActionSet() if full else self._ale.getMinimalActionSet()
         self._noop = ale_py.Action.NOOP
+        # why: the classic wrapper presses FIRE, then action 2 of the set (needed by games
+        # that wait for a second input), and only in games with FIRE and at least 3 actions.
+        has_fire = len(self._actions) >= 3 and self._actions[1] == ale_py.Action.FIRE
+        self._fire_actions = (self._actions[1], self._actions[2]) if fire_reset and has_fire else ()
         height, width = self._ale.getScreenDims()
         rows = crop if crop is not None else (0, height)
         self._crop = slice(*rows)
@@ -157,19 +166,38 @@ class AtariEnv(gymnasium.Env):
             self._continue_game = False
         if self._continue_game:
             self._continue_game = False
-            return {FRAME: self._stack.copy()}, self._info(False)
+            # why: continue the game unless pressing FIRE ended it (then start a new one).
+            if not (self._fire_actions and self._fire()):
+                return {FRAME: self._stack.copy()}, self._info(False)
         self._ale.reset_game()
         noops = int(self.np_random.integers(1, self._noop_max + 1)) if self._noop_max else 0
         for _ in range(noops):
             self._ale.act(self._noop)
             if self._ale.game_over():
                 self._ale.reset_game()
+        self._game_return, self._game_steps = 0.0, 0
+        if self._fire_actions and self._fire():
+            self._ale.reset_game()  # why: the game ended during FIRE (never seen); start over
         self._grab(1)
         self._push(pooled=False)
         self._stack[:-1] = self._stack[-1]
         self._lives = self._ale.lives()
-        self._game_return, self._game_steps = 0.0, 0
         return {FRAME: self._stack.copy()}, self._info(False)
+
+    def _fire(self) -> bool:
+        """Press FIRE, then the set's third action, one agent step each (frames pushed onto
+        the stack, rewards counted in the game's return); returns whether the game ended."""
+        for action in self._fire_actions:
+            for t in range(self._skip):
+                self._game_return += self._ale.act(action)
+                if self._ale.game_over():
+                    return True
+                if t == self._skip - 2:
+                    self._grab(0)
+            self._grab(1)
+            self._push(pooled=self._max_pool)
+        self._lives = self._ale.lives()
+        return False
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply `action` for `frame_skip` frames; reward is their (unclipped) sum."""
@@ -213,6 +241,7 @@ def make_atari(
     frame_skip: int = 4,
     sticky_actions: bool = False,
     life_loss: bool = False,
+    fire_reset: bool = False,
     seed: int | None = None,
     render_mode: str | None = None,
     **overrides: Any,
@@ -226,6 +255,7 @@ def make_atari(
         frame_skip=frame_skip,
         sticky_actions=sticky_actions,
         life_loss=life_loss,
+        fire_reset=fire_reset,
         seed=seed,
         render_mode=render_mode,
         **settings,

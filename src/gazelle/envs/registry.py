@@ -109,8 +109,8 @@ def make(
     *,
     seed: int | None = None,
     num_action_repeats: int | None = None,
-    sticky_actions: bool = False,
-    life_loss: bool = False,
+    sticky_actions: bool | None = None,
+    life_loss: bool | None = None,
     test_mode: bool = False,
     render_mode: str | None = None,
     **kwargs: Any,
@@ -122,9 +122,12 @@ def make(
         seed: seeds the first `reset()` (later resets continue the same random stream).
         num_action_repeats: agent-step repeats (Atari frame skip, DMLab `num_steps`);
             `default_action_repeats(spec)` when None.
-        sticky_actions: Atari only: repeat_action_probability 0.25.
-        life_loss: Atari only: a lost life ends the episode (not the game).
-        test_mode: DMLab only: hold-out levels and the evaluation mixer seed.
+        sticky_actions: Atari only: repeat_action_probability 0.25; None: the id's protocol
+            (`atari_protocol`).
+        life_loss: Atari only: a lost life ends the episode (not the game); None: the id's
+            protocol. Never in test mode, which plays the full game.
+        test_mode: DMLab: hold-out levels and the evaluation mixer seed; Atari: the full
+            game (no life loss).
         render_mode: passed to the env (`rgb_array` for Atari).
         **kwargs: env-specific settings: Atari `preset` ("deepmind", "universe" or "raw":
             the Gymnasium env as registered) and overrides (`noop_max`, `max_frames`,
@@ -135,6 +138,12 @@ def make(
     repeats = num_action_repeats or default_action_repeats(spec)
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
+    if target.kind == "atari":
+        protocol = atari_protocol(target.name)
+        sticky_actions = protocol.sticky_actions if sticky_actions is None else sticky_actions
+        life_loss = protocol.life_loss if life_loss is None else life_loss
+        life_loss = life_loss and not test_mode
+        kwargs.setdefault("fire_reset", protocol.fire_reset)
     if target.kind == "dmlab":
         from gazelle.envs.dmlab import DmLabEnv
 
@@ -148,8 +157,8 @@ def make(
         return make_atari(
             game,
             frame_skip=repeats,
-            sticky_actions=sticky_actions,
-            life_loss=life_loss,
+            sticky_actions=bool(sticky_actions),
+            life_loss=bool(life_loss),
             seed=seed,
             render_mode=render_mode,
             **kwargs,
@@ -161,6 +170,7 @@ def make(
             target.name, seed=seed, num_action_repeats=repeats, render_mode=render_mode, **kwargs
         )
     kwargs.pop("preset", None)
+    kwargs.pop("fire_reset", None)
     if target.kind == "atari":
         # why: the raw ALE env applies its own frameskip; repeat each action only once more.
         repeats = num_action_repeats or 1
@@ -170,6 +180,36 @@ def make(
         kwargs["render_mode"] = render_mode
     env = gymnasium.make(target.name, **kwargs)
     return GymAdapter(env, num_action_repeats=repeats, seed=seed)
+
+
+@dataclass(frozen=True)
+class AtariProtocol:
+    """How an Atari id is played, as its users know it.
+
+    - classic (`*NoFrameskip-v4`, every `-v4` id): the DeepMind protocol of the DQN and
+      IMPALA papers: no sticky actions, up to 30 no-op starts, FIRE on reset where the game
+      has it, a lost life ends the training episode (test mode plays the full game);
+    - v5 (`ALE/*-v5`): ale-py's revisited protocol (Machado et al., 2018): sticky actions
+      with probability 0.25, no life-loss signal, no FIRE on reset, up to 30 no-op starts.
+
+    The `repeat_action_probability` registered for the id decides `sticky_actions`.
+    """
+
+    name: str
+    sticky_actions: bool
+    life_loss: bool
+    fire_reset: bool
+
+
+def atari_protocol(spec: str) -> AtariProtocol:
+    """The protocol of an Atari spec (see `AtariProtocol`); ValueError for a non-Atari one."""
+    target = resolve(spec)
+    if target.kind != "atari":
+        raise ValueError(f"{spec!r} is not an Atari id")
+    registered = gymnasium.spec(target.name)
+    sticky = float(registered.kwargs.get("repeat_action_probability", 0.0)) > 0.0
+    classic = (registered.version or 0) < 5
+    return AtariProtocol("classic" if classic else "v5", sticky, classic, classic)
 
 
 def default_action_repeats(spec: str) -> int:
