@@ -69,7 +69,9 @@ def make_optimizer(
         return RMSpropTF(params, lr=lr, decay=decay, momentum=momentum, eps=eps)
     if kind == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=decay, momentum=momentum, eps=eps)
-    raise ValueError(f"optimizer: invalid value {kind!r}; allowed: rmsprop_tf | rmsprop")
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, eps=eps)
+    raise ValueError(f"optimizer: invalid value {kind!r}; allowed: rmsprop_tf | rmsprop | adam")
 
 
 def polynomial_decay(initial: float, frames: int, total_frames: int, power: float = 1.0) -> float:

@@ -18,6 +18,7 @@ from torch import nn
 
 from gazelle.losses import actor_critic, vtrace
 from gazelle.models import Agent
+from gazelle.runtime.layer_stats import LayerStats
 from gazelle.types import INSTRUCTION
 
 
@@ -91,6 +92,7 @@ class Learner:
         self.agent, self.optimizer, self.settings = agent, optimizer, settings
         self.device = device
         self.precision = precision
+        self.layer_stats = LayerStats(agent)
 
     def _autocast(self) -> Any:
         if self.precision == "bf16":
@@ -109,7 +111,9 @@ class Learner:
             metrics["losses/grad_norm"] = norm.detach()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
+        self.layer_stats.before_step()
         self.optimizer.step()
+        metrics.update(self.layer_stats.after_step())
         return metrics
 
 
