@@ -3,6 +3,8 @@
 - `gazelle/Memory-v0` (`MemoryEnv`): needs the LSTM state carried across unrolls.
 - `gazelle/Instruction-v0` (`InstructionEnv`): needs the instruction encoder.
 - `gazelle/FastAtari-v0` (`FastAtariEnv`): Atari-shaped frames without an emulator.
+- `gazelle/Catch-v0` (`gazelle.envs.catch.CatchEnv`): Pong's small ball and rare reward in a
+  task that trains in minutes.
 
 All observations follow the contract (`frame`, optionally `instruction`) and every step sets
 `info["game_over"]`.
@@ -17,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from gazelle.envs.adapter import instruction_space
+from gazelle.envs.catch import CatchEnv
 from gazelle.types import FRAME, INSTRUCTION
 
 StepResult = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
@@ -165,6 +168,7 @@ DIAGNOSTIC_IDS = {
     "gazelle/Memory-v0": MemoryEnv,
     "gazelle/Instruction-v0": InstructionEnv,
     "gazelle/FastAtari-v0": FastAtariEnv,
+    "gazelle/Catch-v0": CatchEnv,
 }
 
 

@@ -104,7 +104,7 @@ class Actor:
             "terminated": torch.zeros(num_envs, dtype=torch.bool),
             # why: the first obs starts an episode; marking it truncated resets the agent
             # state (already initial) and keeps the loss from bootstrapping across it.
-            "truncated": torch.zeros(num_envs, dtype=torch.bool),
+            "truncated": torch.ones(num_envs, dtype=torch.bool),
             "game_over": torch.zeros(num_envs, dtype=torch.bool),
             "episode_return": torch.zeros(num_envs),
             "episode_length": torch.zeros(num_envs, dtype=torch.int64),

@@ -1,0 +1,125 @@
+"""The real actor, several unrolls in a row, read back as the learner reads them: what the
+learner pairs with what the actor did.
+
+- on policy (same weights), the learner's outputs at `[:-1]` are the actor's behaviour
+  outputs at `[1:]`, so V-trace's rho is 1;
+- index 0 of each unroll repeats the previous unroll's last step;
+- the LSTM state written at an unroll's start is the state the learner reaches after the
+  previous unroll's steps `0..T-1`, so state is carried across unrolls, not reset.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from gazelle.envs import make, obs_spec
+from gazelle.models import Agent
+from gazelle.runtime.actor import Actor, ActorSpec
+from gazelle.runtime.buffers import SlotLayout, UnrollBuffers
+from gazelle.runtime.learner import LossSettings, impala_loss
+from gazelle.runtime.params import ParamStore
+from gazelle.runtime.policy import LocalPolicy
+
+T, ENVS, UNROLLS = 12, 3, 4
+ENV = "CartPole-v1"
+
+
+@pytest.fixture(scope="module")
+def unrolls():
+    torch.manual_seed(0)
+    spec = obs_spec(make(ENV))
+    agent = Agent(spec, torso="mlp")
+    ctx = mp.get_context("spawn")
+    params = ParamStore(agent, ctx)
+    params.publish(agent, 0)
+    layout = SlotLayout(T, spec, 256)
+    buffers = UnrollBuffers(layout, num_actors=1, slots_per_actor=2 * ENVS, ctx=ctx)
+    actor_spec = ActorSpec(
+        actor_id=0,
+        level=ENV,
+        level_id=0,
+        envs_per_actor=ENVS,
+        unroll_length=T,
+        obs_spec=spec,
+        torso="mlp",
+        use_lstm=True,
+        seed=7,
+    )
+    actor = Actor(actor_spec, buffers, LocalPolicy(Agent(spec, torso="mlp"), params, ENVS))
+    batches = []
+    for _ in range(UNROLLS):
+        slots = buffers.acquire(0, ENVS, timeout=5.0, should_stop=lambda: False)
+        actor.unroll(slots)
+        buffers.commit(slots, 0, 0, actor.policy.version, actor.timing)
+        taken = buffers.take(ENVS, timeout=5.0)
+        assert sorted(taken) == sorted(slots)
+        # why: gather in the actor's env order, so column j is env j in every unroll.
+        batches.append(buffers.gather(slots))
+        buffers.release(slots)
+    actor.close()
+    return agent, batches
+
+
+def learner_outputs(agent, batch, steps=None):
+    steps = steps if steps is not None else batch["reward"].shape[0]
+    done = (batch["terminated"] | batch["truncated"])[:steps]
+    with torch.no_grad():
+        return agent.unroll(
+            {"frame": batch["frame"][:steps]},
+            batch["action"][:steps],
+            batch["reward"][:steps],
+            done,
+            (batch["state_h"], batch["state_c"]),
+        )
+
+
+def test_episodes_end_inside_the_unrolls(unrolls):
+    # why: the pairing below must also hold across episode ends (state reset inside).
+    _, batches = unrolls
+    ends = sum(int((b["terminated"] | b["truncated"])[1:].sum()) for b in batches)
+    assert ends >= 1
+
+
+def test_learner_outputs_shifted_by_one_are_the_behaviour_outputs(unrolls):
+    agent, batches = unrolls
+    for batch in batches:
+        out, _ = learner_outputs(agent, batch)
+        # why: the actor's output stored at t+1 is what it computed on the obs at t.
+        torch.testing.assert_close(out.policy_logits[:-1], batch["policy_logits"][1:])
+        torch.testing.assert_close(out.baseline[:-1], batch["baseline"][1:])
+
+
+def test_rho_is_one_on_policy(unrolls):
+    agent, batches = unrolls
+    settings = LossSettings(0.99, 0.5, 0.01, "abs_one", None)
+    for batch in batches:
+        _, metrics = impala_loss(agent, batch, settings)
+        assert float(metrics["vtrace/rho_mean"]) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_index_zero_repeats_the_previous_last_step(unrolls):
+    _, batches = unrolls
+    for previous, current in itertools.pairwise(batches):
+        for name in ("frame", "reward", "terminated", "truncated", "action", "policy_logits"):
+            torch.testing.assert_close(current[name][0], previous[name][T], msg=name)
+
+
+def test_first_step_of_the_run_starts_an_episode(unrolls):
+    _, batches = unrolls
+    assert bool(batches[0]["truncated"][0].all())
+    assert float(batches[0]["state_h"].abs().sum()) == 0.0
+
+
+def test_state_is_carried_across_unrolls(unrolls):
+    agent, batches = unrolls
+    for previous, current in itertools.pairwise(batches):
+        # why: the actor stepped the obs at 0..T-1 of the previous unroll; the obs at T is
+        # stepped as index 0 of the current one.
+        _, (h, c) = learner_outputs(agent, previous, steps=T)
+        torch.testing.assert_close(current["state_h"], h)
+        torch.testing.assert_close(current["state_c"], c)
+        assert float(current["state_h"].abs().sum()) > 0.0
+    assert not np.allclose(batches[1]["state_h"].numpy(), batches[2]["state_h"].numpy())
