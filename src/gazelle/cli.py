@@ -92,7 +92,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         help_text = docs.get(field.name, "") + (
             f" (default: {field.default})" if field.default is not None else ""
         )
-        if hint == "bool":
+        if hint in ("bool", "bool | None"):
             parser.add_argument(
                 flag,
                 action=argparse.BooleanOptionalAction,
