@@ -13,7 +13,7 @@ import argparse
 import json
 
 from gazelle.bench.train import run
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 #: torso -> the config measured best on 2 cores (see docs/performance.md).
 CONFIGS = {
@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     for torso in args.torsos.split(","):
-        config = ImpalaConfig(env=args.env, model=torso, **CONFIGS[torso])  # type: ignore[arg-type]
+        config = Config.from_flat({"env": args.env, "model": torso, **CONFIGS[torso]})
         results.append(run(config, seconds=args.seconds, verbose=False))
         print(json.dumps(results[-1]), flush=True)
     print(f"{'torso':<8} {'fps':>8} {'limit':>8} {'efficiency':>10}")

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from gazelle.bench.train import run
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 #: torso -> layouts (num_actors, envs_per_actor, learner_threads or None, precision).
 GRID: dict[str, list[tuple[int, int, int | None, str]]] = {
@@ -49,13 +49,15 @@ def main() -> None:
     rows = []
     for torso in args.torsos.split(","):
         for actors, envs, threads, precision in GRID[torso]:
-            config = ImpalaConfig(
-                env=args.env,
-                model=torso,
-                num_actors=actors,
-                envs_per_actor=envs,
-                learner_threads=threads,
-                precision=precision,
+            config = Config.from_flat(
+                dict(
+                    env=args.env,
+                    model=torso,
+                    num_actors=actors,
+                    envs_per_actor=envs,
+                    learner_threads=threads,
+                    precision=precision,
+                )
             )
             out = run(config, seconds=args.seconds, verbose=False)
             print(json.dumps(out), flush=True)

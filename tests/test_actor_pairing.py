@@ -15,12 +15,12 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.backends.local.buffers import SlotLayout, UnrollBuffers
+from gazelle.backends.local.params import ParamStore
 from gazelle.envs import make, obs_spec
 from gazelle.models import Agent
 from gazelle.runtime.actor import Actor, ActorSpec
-from gazelle.runtime.buffers import SlotLayout, UnrollBuffers
-from gazelle.runtime.learner import LossSettings, impala_loss
-from gazelle.runtime.params import ParamStore
 from gazelle.runtime.policy import LocalPolicy
 
 T, ENVS, UNROLLS = 12, 3, 4
@@ -53,7 +53,7 @@ def unrolls():
     for _ in range(UNROLLS):
         slots = buffers.acquire(0, ENVS, timeout=5.0, should_stop=lambda: False)
         actor.unroll(slots)
-        buffers.commit(slots, 0, 0, actor.policy.version, actor.timing)
+        buffers.commit(slots, 0, 0, actor.policy.version)
         taken = buffers.take(ENVS, timeout=5.0)
         assert sorted(taken) == sorted(slots)
         # why: gather in the actor's env order, so column j is env j in every unroll.
@@ -94,7 +94,7 @@ def test_learner_outputs_shifted_by_one_are_the_behaviour_outputs(unrolls):
 
 def test_rho_is_one_on_policy(unrolls):
     agent, batches = unrolls
-    settings = LossSettings(0.99, 0.5, 0.01, "abs_one", None)
+    settings = LossSettings(0.99, 0.5, 0.01, "abs_one")
     for batch in batches:
         _, metrics = impala_loss(agent, batch, settings)
         assert float(metrics["vtrace/rho_mean"]) == pytest.approx(1.0, abs=1e-5)

@@ -7,7 +7,7 @@ import pytest
 import gazelle.bench.parts as bench_parts
 from gazelle.bench.train import learner_busy, limit, run
 from gazelle.cli import main
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 
 def test_limit_is_cores_over_core_seconds_per_step():
@@ -42,7 +42,7 @@ def test_each_part_keeps_its_best_round(monkeypatch):
     monkeypatch.setattr(bench_parts, "env_rate", fake("env", [100.0, 300.0, 200.0]))
     monkeypatch.setattr(bench_parts, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
     monkeypatch.setattr(bench_parts, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
-    config = ImpalaConfig(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2)
+    config = Config.of(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2)
     parts = bench_parts.measure_parts(config, seconds=0.3, rounds=3)
     assert parts["rates"] == {
         "env_steps_per_core_s": 300.0,
@@ -55,7 +55,7 @@ def test_each_part_keeps_its_best_round(monkeypatch):
 
 @pytest.mark.slow
 def test_bench_runs_real_training_and_reports_the_ratio(capsys):
-    config = ImpalaConfig(
+    config = Config.of(
         env="CartPole-v1", num_actors=1, envs_per_actor=4, batch_size=4, unroll_length=10
     )
     out = run(config, seconds=8.0, part_seconds=0.3, cores=2)

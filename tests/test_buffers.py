@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from gazelle.runtime.buffers import FREE, READY, WRITING, SlotLayout, UnrollBuffers
+from gazelle.backends.local.buffers import FREE, READY, WRITING, SlotLayout, UnrollBuffers
 from gazelle.types import ObsSpec
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])

@@ -1,29 +1,91 @@
 """Config validation and the CLI's handling of bad input: one clear line, no traceback."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from gazelle.cli import build_parser, config_from_args, field_docs, main
-from gazelle.config import ConfigError, ImpalaConfig, resolve, validate
+from gazelle.config import Config, ConfigError, all_fields, resolve, validate
 
 
 def test_defaults_validate_and_resolve_from_presets():
-    config = resolve(validate(ImpalaConfig()), frame_is_image=False)
-    assert config.model == "mlp"
-    assert config.batch_size and config.unroll_length and config.learning_rate
-    atari = resolve(ImpalaConfig(env="ALE/Pong-v5"), frame_is_image=True)
-    assert atari.model == "deep" and atari.unroll_length == 20 and atari.batch_size == 32
-    dmlab = resolve(ImpalaConfig(env="dmlab30"), frame_is_image=True)
+    config = resolve(validate(Config()), frame_is_image=False)
+    assert config.model.torso == "mlp"
+    impala = config.impala
+    assert impala.batch_size and impala.unroll_length and impala.learning_rate
+    atari = resolve(Config.of(env="ALE/Pong-v5"), frame_is_image=True)
+    # the deep ResNet on a GPU, the shallow torso on a CPU (7x faster there)
+    assert atari.model.torso == "shallow"
+    assert resolve(Config.of(env="ALE/Pong-v5"), True, cuda=True).model.torso == "deep"
+    assert atari.impala.unroll_length == 20 and atari.impala.batch_size == 32
+    dmlab = resolve(Config.of(env="dmlab30", preset="impala-paper"), frame_is_image=True)
     # the IMPALA seed's defaults
-    assert (dmlab.batch_size, dmlab.unroll_length, dmlab.learning_rate) == (2, 100, 0.00048)
-    assert (dmlab.entropy_cost, dmlab.epsilon) == (0.00025, 0.1)
+    assert (dmlab.get("batch_size"), dmlab.get("unroll_length")) == (2, 100)
+    assert (dmlab.get("learning_rate"), dmlab.get("entropy_cost")) == (0.00048, 0.00025)
+    assert (dmlab.get("epsilon"), dmlab.get("optimizer")) == (0.1, "rmsprop_tf")
+
+
+def test_impala_paper_preset_is_the_papers_atari_table():
+    paper = resolve(Config.of(env="ALE/Pong-v5", preset="impala-paper"), frame_is_image=True)
+    got = {k: paper.get(k) for k in ("optimizer", "learning_rate", "epsilon", "entropy_cost")}
+    assert got == {
+        "optimizer": "rmsprop_tf",
+        "learning_rate": 0.0006,
+        "epsilon": 0.01,
+        "entropy_cost": 0.01,
+    }
+    assert (paper.get("batch_size"), paper.get("unroll_length")) == (32, 20)
+    assert (paper.get("decay"), paper.get("grad_norm_clip"), paper.get("baseline_cost")) == (
+        0.99,
+        40.0,
+        0.5,
+    )
 
 
 def test_explicit_values_beat_the_preset():
-    config = resolve(ImpalaConfig(env="ALE/Pong-v5", batch_size=8, model="shallow"), True)
-    assert config.batch_size == 8 and config.model == "shallow"
+    config = resolve(Config.of(env="ALE/Pong-v5", batch_size=8, model="nature"), True)
+    assert config.impala.batch_size == 8 and config.model.torso == "nature"
+
+
+def test_sections_flat_names_and_round_trip():
+    config = Config.of(env="ALE/Pong-v5", model="shallow", batch_size=8, num_actors=3, seed=7)
+    assert config.env.id == "ALE/Pong-v5" and config.model.torso == "shallow"
+    assert config.impala.batch_size == 8 and config.algorithm is config.impala
+    assert config.actors.num_actors == 3 and config.run.seed == 7
+    assert config.get("model") == "shallow" and config.replace(seed=2).run.seed == 2
+    assert Config.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert config.flat()["batch_size"] == 8 and config.flat()["algo"] == "impala"
+
+
+def test_the_flat_config_of_an_older_checkpoint_still_loads():
+    # the config dict gazelle 0.1 saved (one flat ImpalaConfig), with a field since removed
+    old = {"env": "ALE/Pong-v5", "model": "shallow", "batch_size": 8, "num_actors": 2,
+           "learning_rate": 0.0006, "logdir": "runs/x", "sticky_actions": False,
+           "retired_field": 1}  # fmt: skip
+    config = Config.from_dict(old)
+    assert (config.env.id, config.model.torso, config.impala.batch_size) == (
+        "ALE/Pong-v5",
+        "shallow",
+        8,
+    )
+    assert config.env.sticky_actions is False and config.run.logdir == "runs/x"
+
+
+def test_unknown_names_and_another_algorithms_settings_are_config_errors():
+    with pytest.raises(ConfigError, match=r"--batch-sise: unknown setting.*--batch-size"):
+        Config.of(batch_sise=3)
+    with pytest.raises(ConfigError, match=r"--algo: invalid value 'ppo'; allowed: impala"):
+        Config.of(algo="ppo")
+
+
+def test_cli_unknown_algo_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--algo", "ppo", "--logdir", "/tmp/gz-algo-x"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--algo: invalid value 'ppo'; allowed: impala" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -40,7 +102,7 @@ def test_explicit_values_beat_the_preset():
 )
 def test_bad_values_name_the_flag_and_the_allowed_values(field, value, flag):
     with pytest.raises(ConfigError) as err:
-        validate(ImpalaConfig(**{field: value}))
+        validate(Config.of(**{field: value}))
     message = str(err.value)
     assert message.startswith(flag) and repr(value) in message and "allowed" in message
 
@@ -49,9 +111,11 @@ def test_every_field_has_a_flag_with_help():
     docs = field_docs()
     parser = build_parser()
     help_text = parser._subparsers._group_actions[0].choices["train"].format_help()
-    for name in ImpalaConfig.__dataclass_fields__:
-        assert name in docs, f"{name} has no docstring"
+    assert set(docs) == set(all_fields())
+    for name in all_fields():
+        assert docs[name], f"{name} has no docstring"
         assert "--" + name.replace("_", "-") in help_text
+    assert "--algo" in help_text
 
 
 def test_flags_parse_into_the_config():
@@ -72,13 +136,18 @@ def test_flags_parse_into_the_config():
         ]
     )
     config = config_from_args(args)
-    assert (config.env, config.batch_size, config.total_frames) == ("ALE/Pong-v5", 8, 1_000_000)
-    assert config.use_lstm is False and config.grad_norm_clip is None and config.logdir == "x"
+    assert (config.env.id, config.impala.batch_size, config.run.total_frames) == (
+        "ALE/Pong-v5",
+        8,
+        1_000_000,
+    )
+    assert config.model.use_lstm is False and config.impala.grad_norm_clip is None
+    assert config.run.logdir == "x"
 
 
 def test_default_logdir_is_fresh_per_run():
     config = config_from_args(build_parser().parse_args(["train"]))
-    assert config.logdir.startswith("runs/CartPole-v1-")
+    assert config.run.logdir.startswith("runs/CartPole-v1-")
 
 
 @pytest.mark.parametrize(
@@ -132,14 +201,14 @@ def test_default_num_actors_leaves_the_learner_a_core():
 
 
 def test_unset_num_actors_resolves_for_this_machine():
-    from gazelle.algorithms.setup import prepare
+    from gazelle.algorithms.impala import build
     from gazelle.config import default_num_actors
 
-    run = prepare(ImpalaConfig(env="CartPole-v1"))
-    assert run.config.num_actors == default_num_actors()
-    assert len(run.actors.specs) == run.config.num_actors
-    multi = prepare(ImpalaConfig(env="CartPole-v1,CartPole-v1,CartPole-v1", model="mlp"))
-    assert multi.config.num_actors == default_num_actors(num_levels=3)
+    run = build(Config.of(env="CartPole-v1"))
+    assert run.config.actors.num_actors == default_num_actors()
+    assert len(run.transport.fleet.specs) == run.config.actors.num_actors
+    multi = build(Config.of(env="CartPole-v1,CartPole-v1,CartPole-v1", model="mlp"))
+    assert multi.config.actors.num_actors == default_num_actors(num_levels=3)
 
 
 def test_multi_task_levels_must_share_observations_and_actions(capsys):
@@ -153,10 +222,10 @@ def test_multi_task_levels_must_share_observations_and_actions(capsys):
 
 
 def test_full_action_space_gives_every_game_the_18_actions():
-    from gazelle.algorithms.setup import env_kwargs, probe
+    from gazelle.algorithms.common import env_kwargs, probe
 
-    config = ImpalaConfig(env="ALE/Breakout-v5,ALE/Pong-v5", full_action_space=True)
-    levels, spec, repeats, kind = probe(config)
-    assert levels == ["ALE/Breakout-v5", "ALE/Pong-v5"] and kind == "atari"
-    assert spec.num_actions == 18 and repeats == 4
+    config = Config.of(env="ALE/Breakout-v5,ALE/Pong-v5", full_action_space=True)
+    found = probe(config)
+    assert found.levels == ["ALE/Breakout-v5", "ALE/Pong-v5"] and found.kind == "atari"
+    assert found.obs_spec.num_actions == 18 and found.action_repeats == 4
     assert env_kwargs(config)["full_action_space"] is True  # the actors' envs get it too

@@ -8,6 +8,7 @@ GPU machine. Each compares the GPU against the CPU, so a wrong device path fails
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import threading
 
@@ -16,22 +17,34 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from gazelle.config import ImpalaConfig
+from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.backends.local.inference import (
+    InferenceChannels,
+    InferenceServer,
+    SharedMemoryInferenceClient,
+)
+from gazelle.backends.local.params import ParamStore
+from gazelle.config import Config
 from gazelle.models import Agent
-from gazelle.runtime.inference import InferenceChannels, InferenceServer
-from gazelle.runtime.learner import Learner, LossSettings, Prefetcher
-from gazelle.runtime.params import ParamStore
+from gazelle.runtime.learner import Learner, Prefetcher
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy
 from test_learner import SPEC, make_batch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 CUDA = torch.device("cuda")
-SETTINGS = LossSettings(0.99, 0.5, 0.01, "abs_one", grad_norm_clip=40.0)
+SETTINGS = LossSettings(0.99, 0.5, 0.01, "abs_one")
+
+
+def central_policy(channels, actor_id, num_envs, should_stop=lambda: False, timeout_s=120.0):
+    """A `CentralPolicy` over actor `actor_id`'s shared-memory client."""
+    client = SharedMemoryInferenceClient(channels, actor_id, should_stop, timeout_s)
+    return CentralPolicy(client, num_envs)
 
 
 def _learner(agent, device, precision="fp32"):
     optimizer = torch.optim.SGD(agent.parameters(), lr=0.1)
-    return Learner(agent, optimizer, SETTINGS, device, precision)
+    loss_fn = functools.partial(impala_loss, settings=SETTINGS)
+    return Learner(agent, optimizer, loss_fn, device, precision, grad_norm_clip=40.0)
 
 
 def test_one_update_on_cuda_equals_the_cpu_update():
@@ -92,7 +105,7 @@ def test_central_inference_on_the_gpu_matches_local_cpu_inference():
     server.start()
     try:
         local = LocalPolicy(copy.deepcopy(agent), params, envs)
-        central = CentralPolicy(channels, 0, envs, timeout_s=30.0)
+        central = central_policy(channels, 0, envs, timeout_s=30.0)
         local.begin_unroll()
         central.begin_unroll()
         rng = np.random.default_rng(0)
@@ -113,7 +126,7 @@ def test_central_inference_on_the_gpu_matches_local_cpu_inference():
 def test_training_on_cuda_picks_central_inference(tmp_path):
     from gazelle.algorithms.impala import train
 
-    config = ImpalaConfig(
+    config = Config.of(
         env="CartPole-v1",
         num_actors=2,
         envs_per_actor=2,
@@ -128,6 +141,6 @@ def test_training_on_cuda_picks_central_inference(tmp_path):
     result = train(config)
     assert result.frames >= 4000 and result.episodes > 0 and result.actor_restarts == 0
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["inference"] == "central"
+    assert saved["actors"]["inference"] == "central"
     state = torch.load(tmp_path / "checkpoint.pt", map_location="cpu", weights_only=True)
     assert state["frames"] >= 4000

@@ -11,17 +11,27 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from gazelle.backends.local.inference import (
+    InferenceChannels,
+    InferenceServer,
+    SharedMemoryInferenceClient,
+)
+from gazelle.backends.local.params import ParamStore
 from gazelle.cli import main
-from gazelle.config import ConfigError, ImpalaConfig, validate
+from gazelle.config import Config, ConfigError, validate
 from gazelle.models import Agent
-from gazelle.runtime.inference import InferenceChannels, InferenceServer
-from gazelle.runtime.params import ParamStore
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy, PolicyStopped
 from gazelle.types import ObsSpec
 
 CTX = mp.get_context("spawn")
 SPEC = ObsSpec((4,), np.dtype(np.float32), num_actions=3)
 ENVS = 3
+
+
+def central_policy(channels, actor_id, num_envs, should_stop=lambda: False, timeout_s=120.0):
+    """A `CentralPolicy` over actor `actor_id`'s shared-memory client."""
+    client = SharedMemoryInferenceClient(channels, actor_id, should_stop, timeout_s)
+    return CentralPolicy(client, num_envs)
 
 
 def _serve(num_actors=1, max_wait_s=0.002, max_batch=None, use_lstm=True, seed=0):
@@ -58,7 +68,7 @@ def test_central_and_local_give_the_same_outputs(use_lstm):
     server, stop, params, agent = _serve(use_lstm=use_lstm)
     try:
         local = LocalPolicy(copy.deepcopy(agent), params, ENVS)
-        central = CentralPolicy(server.channels, 0, ENVS, timeout_s=10.0)
+        central = central_policy(server.channels, 0, ENVS, timeout_s=10.0)
         local.begin_unroll()
         central.begin_unroll()
         rng = np.random.default_rng(0)
@@ -88,7 +98,7 @@ def test_requests_of_two_actors_are_batched_together():
 
     def actor(actor_id):
         try:
-            policy = CentralPolicy(server.channels, actor_id, ENVS, timeout_s=10.0)
+            policy = central_policy(server.channels, actor_id, ENVS, timeout_s=10.0)
             rng = np.random.default_rng(actor_id)
             for step in range(10):
                 policy.step(*_inputs(step, rng))
@@ -114,7 +124,7 @@ def test_requests_of_two_actors_are_batched_together():
 def test_max_batch_splits_batches():
     server, stop, _, _ = _serve(num_actors=2, max_wait_s=0.05, max_batch=ENVS)
     try:
-        policies = [CentralPolicy(server.channels, i, ENVS, timeout_s=10.0) for i in range(2)]
+        policies = [central_policy(server.channels, i, ENVS, timeout_s=10.0) for i in range(2)]
         rng = np.random.default_rng(0)
         threads = [
             threading.Thread(target=p.step, args=_inputs(0, rng), daemon=True) for p in policies
@@ -132,7 +142,7 @@ def test_max_batch_splits_batches():
 def test_server_picks_up_new_weights_and_reports_the_version():
     server, stop, params, agent = _serve()
     try:
-        central = CentralPolicy(server.channels, 0, ENVS, timeout_s=10.0)
+        central = central_policy(server.channels, 0, ENVS, timeout_s=10.0)
         rng = np.random.default_rng(0)
         obs, action, reward, done = _inputs(0, rng)
         central.begin_unroll()
@@ -158,18 +168,18 @@ def test_a_silent_actor_does_not_wedge_the_server_and_stop_ends_it():
     server, stop, _, _ = _serve(num_actors=2, max_wait_s=0.01)
     try:
         # Actor 1 sends a request and dies: it never reads its answer.
-        dead = CentralPolicy(server.channels, 1, ENVS, timeout_s=10.0)
+        dead = central_policy(server.channels, 1, ENVS, timeout_s=10.0)
         channels = server.channels
         channels.count[1] = ENVS
-        channels.request_seq[1] = dead.seq + 1
+        channels.request_seq[1] = dead.client.seq + 1
         channels.wake.release()
-        alive = CentralPolicy(server.channels, 0, ENVS, timeout_s=10.0)
+        alive = central_policy(server.channels, 0, ENVS, timeout_s=10.0)
         rng = np.random.default_rng(0)
         for step in range(3):
             alive.step(*_inputs(step, rng))
         # Its successor continues the sequence numbers and is served too.
-        successor = CentralPolicy(server.channels, 1, ENVS, timeout_s=10.0)
-        assert successor.seq == dead.seq + 1
+        successor = central_policy(server.channels, 1, ENVS, timeout_s=10.0)
+        assert successor.client.seq == dead.client.seq + 1
         successor.step(*_inputs(0, rng))
     finally:
         stop.set()
@@ -182,24 +192,24 @@ def test_client_waits_have_timeouts_and_see_the_stop():
     channels = InferenceChannels(SPEC, 1, ENVS, 8, CTX)  # no server
     rng = np.random.default_rng(0)
     with pytest.raises(TimeoutError, match="inference server"):
-        CentralPolicy(channels, 0, ENVS, timeout_s=0.3).step(*_inputs(0, rng))
+        central_policy(channels, 0, ENVS, timeout_s=0.3).step(*_inputs(0, rng))
     with pytest.raises(PolicyStopped):
-        CentralPolicy(channels, 0, ENVS, should_stop=lambda: True).step(*_inputs(0, rng))
+        central_policy(channels, 0, ENVS, should_stop=lambda: True).step(*_inputs(0, rng))
 
 
 def test_a_dead_server_fails_the_run_with_its_error():
-    from gazelle.backends.local import LocalActors
+    from gazelle.backends.local import LocalFleet
 
     server, stop, _, _ = _serve()
     server.agent.step = None  # the next batch raises inside the server thread
     rng = np.random.default_rng(0)
     with pytest.raises(TimeoutError):
-        CentralPolicy(server.channels, 0, ENVS, timeout_s=0.5).step(*_inputs(0, rng))
+        central_policy(server.channels, 0, ENVS, timeout_s=0.5).step(*_inputs(0, rng))
     server.close(timeout=5.0)
     assert not server.alive() and "TypeError" in server.error
-    supervisor = LocalActors([], None, None, CTX, server=server, stop_event=CTX.Event())
+    supervisor = LocalFleet([], None, None, CTX, server=server, stop_event=CTX.Event())
     with pytest.raises(RuntimeError, match=r"inference server died(?s:.)*TypeError"):
-        supervisor.check_server()
+        supervisor.check()
     stop.set()
 
 
@@ -214,7 +224,7 @@ def test_a_dead_server_fails_the_run_with_its_error():
 )
 def test_bad_inference_values_are_config_errors(field, value, allowed):
     with pytest.raises(ConfigError) as err:
-        validate(ImpalaConfig(envs_per_actor=4, **{field: value}))
+        validate(Config.of(envs_per_actor=4, **{field: value}))
     message = str(err.value)
     assert message.startswith("--" + field.replace("_", "-")) and allowed in message
 
@@ -232,7 +242,7 @@ def test_cli_bad_inference_is_one_line(capsys):
 def test_training_with_central_inference(tmp_path):
     from gazelle.algorithms.impala import train
 
-    config = ImpalaConfig(
+    config = Config.of(
         env="CartPole-v1",
         num_actors=2,
         envs_per_actor=2,
@@ -249,4 +259,4 @@ def test_training_with_central_inference(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert any(r.get("charts/inference_batch", 0) >= 2 for r in rows)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["inference"] == "central"
+    assert saved["actors"]["inference"] == "central"

@@ -1,15 +1,24 @@
 """The learner's wiring: the seed's shift by one, episode ends, truncation bootstrap, and one
 update equal to a manual SGD step."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
+from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.models import Agent
-from gazelle.runtime.learner import Learner, LossSettings, impala_loss
+from gazelle.runtime.learner import Learner
 from gazelle.types import ObsSpec
 
 T, B, A, D = 6, 3, 2, 4
+
+
+def loss_of(settings):
+    return functools.partial(impala_loss, settings=settings)
+
+
 SPEC = ObsSpec((D,), np.dtype(np.float32), num_actions=A)
 
 
@@ -68,9 +77,7 @@ def test_baseline_loss_uses_the_seed_shift_and_episode_ends(use_lstm):
     torch.manual_seed(0)
     agent = Agent(SPEC, torso="mlp", use_lstm=use_lstm, core_size=8)
     batch, out = make_batch(agent, terminated_at=[(2, 0), (4, 1)], truncated_at=[(3, 2)])
-    settings = LossSettings(
-        0.9, baseline_cost=1.0, entropy_cost=0.0, reward_clipping="none", grad_norm_clip=None
-    )
+    settings = LossSettings(0.9, baseline_cost=1.0, entropy_cost=0.0, reward_clipping="none")
     _, metrics = impala_loss(agent, batch, settings)
     values = out.baseline.detach().numpy()
     vs = reference_targets({k: v.numpy() for k, v in batch.items()}, values, 0.9)
@@ -82,13 +89,13 @@ def test_one_update_equals_a_manual_sgd_step():
     torch.manual_seed(1)
     agent = Agent(SPEC, torso="mlp", use_lstm=True, core_size=8)
     batch, _ = make_batch(agent, terminated_at=[(3, 1)])
-    settings = LossSettings(0.99, 0.5, 0.01, "abs_one", grad_norm_clip=None)
+    settings = LossSettings(0.99, 0.5, 0.01, "abs_one")
     manual = {n: p.detach().clone() for n, p in agent.named_parameters()}
     loss, _ = impala_loss(agent, batch, settings)
     grads = torch.autograd.grad(loss, list(agent.parameters()))
     expected = {n: manual[n] - 0.05 * g for (n, _), g in zip(agent.named_parameters(), grads)}
     learner = Learner(
-        agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings, torch.device("cpu")
+        agent, torch.optim.SGD(agent.parameters(), lr=1.0), loss_of(settings), torch.device("cpu")
     )
     learner.step(batch, learning_rate=0.05)  # the schedule's rate overrides the optimiser's
     for name, param in agent.named_parameters():
@@ -101,10 +108,10 @@ def test_grad_norm_clip_bounds_the_update():
     batch, _ = make_batch(agent)
     batch["reward"] *= 100
     before = [p.detach().clone() for p in agent.parameters()]
-    settings = LossSettings(0.99, 0.5, 0.0, "none", grad_norm_clip=0.1)
-    metrics = Learner(
-        agent, torch.optim.SGD(agent.parameters(), lr=1.0), settings, torch.device("cpu")
-    ).step(batch, learning_rate=1.0)
+    settings = LossSettings(0.99, 0.5, 0.0, "none")
+    sgd = torch.optim.SGD(agent.parameters(), lr=1.0)
+    learner = Learner(agent, sgd, loss_of(settings), torch.device("cpu"), grad_norm_clip=0.1)
+    metrics = learner.step(batch, learning_rate=1.0)
     step = torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(agent.parameters(), before)])
     assert metrics["losses/grad_norm"].item() > 0.1
     assert step.norm().item() == pytest.approx(0.1, rel=1e-3)
@@ -115,13 +122,14 @@ def test_bf16_learner_step_runs_and_changes_weights():
     agent = Agent(SPEC, torso="mlp", use_lstm=True, core_size=8)
     batch, _ = make_batch(agent)
     before = [p.detach().clone() for p in agent.parameters()]
-    settings = LossSettings(0.99, 0.5, 0.01, "abs_one", grad_norm_clip=40.0)
+    settings = LossSettings(0.99, 0.5, 0.01, "abs_one")
     learner = Learner(
         agent,
         torch.optim.SGD(agent.parameters(), lr=0.1),
-        settings,
+        loss_of(settings),
         torch.device("cpu"),
         precision="bf16",
+        grad_norm_clip=40.0,
     )
     metrics = learner.step(batch, 0.1)
     assert torch.isfinite(metrics["losses/total"])

@@ -9,13 +9,13 @@ import json
 import pytest
 
 from gazelle.algorithms.impala import train
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 pytestmark = [pytest.mark.learning, pytest.mark.slow]
 
 
 def run(tmp_path, **overrides):
-    config = ImpalaConfig(logdir=str(tmp_path), log_interval_s=10.0, seed=1, **overrides)
+    config = Config.of(logdir=str(tmp_path), log_interval_s=10.0, seed=1, **overrides)
     return train(config)
 
 

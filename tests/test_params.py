@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from gazelle.runtime.params import ParamStore
+from gazelle.backends.local.params import ParamStore
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import runtime_children

@@ -12,7 +12,7 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.algorithms.impala import train
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 from gazelle.evaluate import evaluate
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ SMALL = dict(
 
 
 def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
-    config = ImpalaConfig(**SMALL, total_frames=2000, logdir=str(tmp_path))
+    config = Config.of(**SMALL, total_frames=2000, logdir=str(tmp_path))
     first = train(config)
     assert first.frames >= 2000 and first.episodes > 0
     state = checkpoint.load(tmp_path / "checkpoint.pt")
@@ -45,7 +45,7 @@ def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
 
     # Resume: same logdir, larger budget: frames and updates continue, the optimiser state
     # is the saved one (the LR schedule is a function of frames, so it continues too).
-    second = train(ImpalaConfig(**SMALL, total_frames=4000, logdir=str(tmp_path)))
+    second = train(Config.of(**SMALL, total_frames=4000, logdir=str(tmp_path)))
     assert second.frames >= 4000
     assert second.updates == first.updates + (second.frames - first.frames) // 40
     resumed = checkpoint.load(tmp_path / "checkpoint.pt")
@@ -53,22 +53,22 @@ def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
 
 
 def test_resume_restores_optimizer_and_weights(tmp_path, monkeypatch):
-    config = ImpalaConfig(**SMALL, total_frames=800, logdir=str(tmp_path))
+    config = Config.of(**SMALL, total_frames=800, logdir=str(tmp_path))
     train(config)
     saved = checkpoint.load(tmp_path / "checkpoint.pt")
     seen = {}
-    import gazelle.algorithms.impala as impala
+    import gazelle.algorithms.impala.loop as loop
 
-    original = impala._restore
+    original = loop.restore
 
-    def spy(run, state):
-        out = original(run, state)
-        seen["weights"] = {k: v.clone() for k, v in run.agent.state_dict().items()}
-        seen["opt"] = run.optimizer.state_dict()
+    def spy(path, config, agent, optimizer, device):
+        out = original(path, config, agent, optimizer, device)
+        seen["weights"] = {k: v.clone() for k, v in agent.state_dict().items()}
+        seen["opt"] = optimizer.state_dict()
         return out
 
-    monkeypatch.setattr(impala, "_restore", spy)
-    train(ImpalaConfig(**SMALL, total_frames=800, logdir=str(tmp_path)))  # nothing to do
+    monkeypatch.setattr(loop, "restore", spy)
+    train(Config.of(**SMALL, total_frames=800, logdir=str(tmp_path)))  # nothing to do
     for key, value in saved["agent"].items():
         assert torch.equal(seen["weights"][key], value)
     first_param = next(iter(saved["optimizer"]["state"]))
@@ -78,10 +78,10 @@ def test_resume_restores_optimizer_and_weights(tmp_path, monkeypatch):
 
 
 def test_resume_with_another_env_is_a_clear_error(tmp_path):
-    train(ImpalaConfig(**SMALL, total_frames=400, logdir=str(tmp_path)))
+    train(Config.of(**SMALL, total_frames=400, logdir=str(tmp_path)))
     with pytest.raises(ValueError, match="--env"):
         train(
-            ImpalaConfig(
+            Config.of(
                 **{**SMALL, "env": "gazelle/Memory-v0"}, total_frames=400, logdir=str(tmp_path)
             )
         )
@@ -99,7 +99,7 @@ def test_actor_killed_with_sigkill_is_restarted_and_training_goes_on(tmp_path, i
             os.kill(actors[0].pid, signal.SIGKILL)
             killed.append(actors[0].pid)
 
-    config = ImpalaConfig(**SMALL, total_frames=6000, logdir=str(tmp_path), inference=inference)
+    config = Config.of(**SMALL, total_frames=6000, logdir=str(tmp_path), inference=inference)
     result = train(config, on_progress=kill_one)
     assert killed, "the run ended before an actor could be killed"
     assert result.actor_restarts >= 1
@@ -111,8 +111,8 @@ def test_sigterm_and_sigint_save_a_checkpoint(tmp_path, sig):
     """SIGINT is sent to a run started with SIGINT ignored, as `nohup cmd &` starts it."""
     script = (
         "from gazelle.algorithms.impala import train\n"
-        "from gazelle.config import ImpalaConfig\n"
-        f"train(ImpalaConfig(env='CartPole-v1', num_actors=1, envs_per_actor=2, batch_size=2,"
+        "from gazelle.config import Config\n"
+        f"train(Config.of(env='CartPole-v1', num_actors=1, envs_per_actor=2, batch_size=2,"
         f" unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
         " log_interval_s=0.2))\n"
     )
@@ -138,11 +138,18 @@ def test_sigterm_and_sigint_save_a_checkpoint(tmp_path, sig):
     assert state["frames"] > 0
 
 
-def test_test_mode_writes_results(tmp_path):
-    train(ImpalaConfig(**SMALL, total_frames=400, logdir=str(tmp_path)))
-    results = evaluate(tmp_path, episodes=3, verbose=False)
-    assert len(results["levels"]["CartPole-v1"]["returns"]) == 3
-    assert all(r >= 8 for r in results["levels"]["CartPole-v1"]["returns"])  # CartPole >= 8
+def test_test_mode_acts_with_the_checkpoints_weights_and_writes_results(tmp_path):
+    train(Config.of(**SMALL, total_frames=400, logdir=str(tmp_path)))
+    # why: make the checkpoint's policy push left whatever it sees. CartPole then falls within
+    # 8-11 steps every episode, which an agent with any other weights (a fresh one is near
+    # uniform: ~20 steps on average) does not do 10 times in a row.
+    state = checkpoint.load(tmp_path / "checkpoint.pt")
+    state["agent"]["policy.weight"].zero_()
+    state["agent"]["policy.bias"].copy_(torch.tensor([20.0, -20.0]))
+    checkpoint.save(tmp_path / "checkpoint.pt", state)
+    results = evaluate(tmp_path, episodes=10, verbose=False)
+    returns = results["levels"]["CartPole-v1"]["returns"]
+    assert len(returns) == 10 and all(8 <= r <= 11 for r in returns), returns
     on_disk = json.loads((tmp_path / "test_results.json").read_text())
     assert on_disk["levels"]["CartPole-v1"]["mean_return"] == pytest.approx(
         results["levels"]["CartPole-v1"]["mean_return"]

@@ -78,10 +78,10 @@ def test_atari_frames_are_the_colour_screen():
 @pytest.mark.slow
 def test_test_mode_records_one_gif_per_episode(tmp_path):
     from gazelle.algorithms.impala import train
-    from gazelle.config import ImpalaConfig
+    from gazelle.config import Config
 
     train(
-        ImpalaConfig(
+        Config.of(
             env="CartPole-v1",
             num_actors=1,
             envs_per_actor=2,
@@ -110,11 +110,11 @@ def test_video_of_an_env_that_cannot_render_is_a_clear_error(tmp_path, capsys):
     ckpt_dir = tmp_path / "run"
     ckpt_dir.mkdir()
     from gazelle import checkpoint
-    from gazelle.config import ImpalaConfig
+    from gazelle.config import Config
     from gazelle.envs import obs_spec
     from gazelle.models import Agent
 
-    config = ImpalaConfig(env="gazelle/Memory-v0", model="mlp")
+    config = Config.of(env="gazelle/Memory-v0", model="mlp")
     env = make("gazelle/Memory-v0", seed=0)
     agent = Agent(obs_spec(env), torso="mlp")
     env.close()

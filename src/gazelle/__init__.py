@@ -1,9 +1,11 @@
 """Gazelle: scalable actor-learner reinforcement learning (IMPALA, A3C) in PyTorch.
 
-The public API, re-exported lazily (PEP 562) so that `import gazelle.envs` in an env worker
+The public API, re-exported lazily (PEP 562) so that `import gazelle.envs` in an actor
 process does not pay for the whole package:
 
-    from gazelle import ImpalaConfig, train, evaluate, make, Agent
+    from gazelle import Config, train, evaluate, make, Agent
+
+    result = train(Config.from_flat({"env": "CartPole-v1", "total_frames": 1_000_000}))
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "ImpalaConfig": "gazelle.config",
+    "Config": "gazelle.config",
     "ConfigError": "gazelle.config",
-    "train": "gazelle.algorithms.impala",
-    "TrainResult": "gazelle.algorithms.impala",
+    "train": "gazelle.algorithms",
+    "TrainResult": "gazelle.algorithms.runstate",
     "evaluate": "gazelle.evaluate",
     "make": "gazelle.envs",
     "Agent": "gazelle.models",

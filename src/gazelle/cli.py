@@ -1,24 +1,19 @@
 """`gazelle train | test | bench | plot`: the command line.
 
-Flags of `train` are generated from `gazelle.config.ImpalaConfig`, one per field, with the
-field's docstring as help, so the CLI and the config never drift apart. A bad value gets one
-line naming the flag and what is allowed, never a traceback.
+Flags of `train` are generated from the sections of `gazelle.config.Config`, one per field,
+with the field's docstring as help, so the CLI and the config never drift apart. A bad value
+gets one line naming the flag and what is allowed, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import functools
-import inspect
-import itertools
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from gazelle.config import ConfigError, ImpalaConfig
+from gazelle.config import Config, ConfigError, all_fields
 
 NEXT_STEPS = """\
 Next:
@@ -32,21 +27,9 @@ Next:
 BENCHES = ("train", "models", "env")
 
 
-@functools.cache
 def field_docs() -> dict[str, str]:
-    """Field name -> its docstring (the string literal right after it in the class body)."""
-    tree = ast.parse(inspect.getsource(ImpalaConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, after in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-        ):
-            docs[node.target.id] = str(after.value.value)
-    return docs
+    """Flag name (underscores) -> the docstring of its config field."""
+    return {name: flat.doc for name, flat in all_fields().items()}
 
 
 def _optional(kind: type) -> Any:
@@ -84,13 +67,20 @@ def _number(kind: type) -> Any:
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    docs = field_docs()
-    hints = {f.name: f.type for f in dataclasses.fields(ImpalaConfig)}
-    for field in dataclasses.fields(ImpalaConfig):
-        flag = "--" + field.name.replace("_", "-")
-        hint = str(hints[field.name])
-        help_text = docs.get(field.name, "") + (
-            f" (default: {field.default})" if field.default is not None else ""
+    """One flag per config field (`gazelle.config.all_fields`), help from its docstring."""
+    from gazelle.algorithms import ALGORITHMS
+
+    parser.add_argument(
+        "--algo",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: impala)",
+    )
+    for name, flat in all_fields().items():
+        flag = "--" + name.replace("_", "-")
+        hint = flat.type
+        help_text = " ".join(flat.doc.split()) + (
+            f" (default: {flat.default})" if flat.default is not None else ""
         )
         if hint in ("bool", "bool | None"):
             parser.add_argument(
@@ -99,7 +89,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                 default=argparse.SUPPRESS,
                 help=help_text,
             )
-        elif hint == "str":
+        elif hint in ("str", "str | None"):
             parser.add_argument(flag, type=str, default=argparse.SUPPRESS, help=help_text)
         else:
             kind = int if hint.startswith("int") else float
@@ -109,25 +99,27 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def config_from_args(args: argparse.Namespace) -> ImpalaConfig:
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The config of the flags given; a flag left out keeps the field's default."""
+    from gazelle.algorithms import ALGORITHMS
+
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
-    values = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(ImpalaConfig)
-        if hasattr(args, f.name)
-    }
+    values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
+    algo = getattr(args, "algo", "impala")
+    if algo not in ALGORITHMS:
+        raise ConfigError("algo", algo, " | ".join(ALGORITHMS))
     if "logdir" not in values:
-        env = (values.get("env") or ImpalaConfig.env).replace("/", "_").replace(",", "+")
+        env = str(values.get("env") or Config().env.id).replace("/", "_").replace(",", "+")
         values["logdir"] = f"runs/{env[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return ImpalaConfig(**values)
+    return Config.from_flat({"algo": algo, **values})
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from gazelle.algorithms.impala import train
+    from gazelle.algorithms import train
 
     config = config_from_args(args)
-    print(f"gazelle train: env={config.env} logdir={config.logdir}")
+    print(f"gazelle train: algo={config.algo} env={config.env.id} logdir={config.run.logdir}")
     result = train(config)
     ret = "n/a" if result.recent_return is None else f"{result.recent_return:.2f}"
     print(
@@ -163,13 +155,26 @@ def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+PLOT_HELP = """\
+Draw the learning curves of runs from their progress.jsonl, in one figure:
+  - the return (mean of the recent episodes) against env frames, and against wall time;
+  - the human-normalised score (capped at 100) against frames, for Atari-57 / DMLab-30 runs.
+One line per run, or per level when a run has returns for several levels. Runs whose
+config.json match apart from seed and logdir are seeds of one config: drawn as their mean
+with a shaded min-max band, labelled with the config and the number of seeds.
+--x / --y replace these panels by one panel of any two progress.jsonl fields, e.g.
+  gazelle plot runs/a --y losses/total"""
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from gazelle.plot import PlotError, plot
 
-    from gazelle.plot import plot
-
-    out = plot([Path(d) for d in args.logdirs], Path(args.out), x=args.x, y=args.y)
-    print(f"wrote {out}")
+    try:
+        plot(args.logdirs, args.out, x=args.x, y=args.y)
+    except PlotError as err:  # e.g. no episode has finished yet: one line, no traceback
+        print(f"gazelle plot: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -180,9 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent (default: CartPole-v1, a few minutes)")
     add_config_flags(train)
-    train.add_argument(
-        "--algo", choices=["impala"], default="impala", help="algorithm (impala; a3c is planned)"
-    )
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
     test.add_argument("--logdir", required=True, help="the run's directory")
     test.add_argument("--episodes", type=_number(int), default=10, help="episodes per level")
@@ -197,11 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench = sub.add_parser("bench", help="measure speed: train (default), models or env")
     bench.add_argument("what", nargs="?", choices=BENCHES, default="train")
-    plot = sub.add_parser("plot", help="plot progress.jsonl of one or more runs to a PNG")
-    plot.add_argument("logdirs", nargs="+")
-    plot.add_argument("--out", default="progress.png")
-    plot.add_argument("--x", default="frames")
-    plot.add_argument("--y", default="episode_return")
+    plot = sub.add_parser(
+        "plot",
+        help="draw the learning curves of one or more runs to a PNG",
+        description=PLOT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    plot.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="run directories")
+    plot.add_argument("--out", default="progress.png", help="image to write (default: %(default)s)")
+    plot.add_argument(
+        "--x", metavar="FIELD", help="one custom panel: this progress.jsonl field on x (frames)"
+    )
+    plot.add_argument(
+        "--y", metavar="FIELD", help="one custom panel: this field on y (episode_return)"
+    )
     return parser
 
 

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from gazelle import checkpoint
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
+from gazelle.models.instruction import MAX_TOKENS
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.types import INSTRUCTION
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -87,14 +88,14 @@ def evaluate(
     `video`: record the first `video` episodes of each level as GIFs in `logdir/videos`
     (their paths, relative to `logdir`, go into each level's `videos`).
     """
-    from gazelle.algorithms.setup import env_kwargs
+    from gazelle.algorithms.common import env_kwargs
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
-    from gazelle.models import Agent
+    from gazelle.models import build_agent
 
     logdir = Path(logdir)
     state = checkpoint.load(logdir / "checkpoint.pt")
-    config = ImpalaConfig.from_dict(state["config"])
-    levels = expand_levels(config.env, test_mode=True)
+    config = Config.from_dict(state["config"])
+    levels = expand_levels(config.env.id, test_mode=True)
     torch.manual_seed(seed)
     results: dict[str, Any] = {
         "episodes_per_level": episodes,
@@ -103,7 +104,7 @@ def evaluate(
         "levels": {},
     }
     agent = None
-    encode = ObsEncoder(32, config.use_instruction)
+    encode = ObsEncoder(MAX_TOKENS, config.model.use_instruction)
     level_returns: dict[str, list[float]] = {}
     if video < 0:
         raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
@@ -113,9 +114,9 @@ def evaluate(
         try:
             if agent is None:
                 spec = obs_spec(env)
-                if not config.use_instruction:
+                if not config.model.use_instruction:
                     spec = dataclasses.replace(spec, has_instruction=False)
-                agent = Agent(spec, torso=config.model, use_lstm=config.use_lstm)
+                agent = build_agent(spec, config.model.torso, config.model.use_lstm)
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(agent, env, episodes, greedy, encode, seed + index, recorder)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-if TYPE_CHECKING:  # why: envs import this module in every env worker; torch costs ~1.5 s
+if TYPE_CHECKING:  # why: envs import this module in every actor process; torch costs ~1.5 s
     import torch
 
 #: Keys of an observation dict. `frame` is always present; `instruction` only for tasks that

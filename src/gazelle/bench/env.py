@@ -1,10 +1,14 @@
-"""Env throughput: one process against the worker pool (`gazelle bench env`).
+"""Env throughput as the actors see it (`gazelle bench env`).
 
-Measures env steps per second, and frames per second (steps x action repeats: 4 on Atari),
-of random actions for (1) `SerialEnvs` with one env in this process and (2) a `VectorEnv`
-with one worker per core and several envs per worker. Prints both, then one JSON line::
+An actor steps its envs one after the other in its own process (`SerialEnvs`); training
+scales by running more actor processes. This measures, in this process and with random
+actions, (1) one bare env (`env.step`, reset when an episode ends) and (2) a `SerialEnvs`
+batch of `--envs` envs (default 32). For each: env steps per second of wall time and per
+CPU-second of this process (which barely depends on what else the machine runs), and the
+same in frames (steps x action repeats: 4 on Atari). Prints a small table, then one JSON
+line::
 
-    python -m gazelle.bench.env --env ALE/Pong-v5 --seconds 10
+    gazelle bench env --env ALE/Pong-v5 --envs 32 --seconds 10
 """
 
 from __future__ import annotations
@@ -20,123 +24,164 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gazelle.envs.vector import SerialEnvs, VectorEnv
+from gazelle.envs.batch import SerialEnvs
 
 #: Distinct random actions drawn up front and cycled, so drawing costs nothing per step.
 _ACTION_TABLE = 512
 
+#: Calls before the clock starts: the first steps touch fresh pages and caches.
+_WARMUP = 5
+
 
 def make_env(spec: str) -> gym.Env:
-    """`gazelle.envs.make(spec)`, imported when called (module-level: picklable)."""
+    """`gazelle.envs.make(spec)`, imported when called."""
     from gazelle.envs import make
 
     return make(spec)
 
 
-def _cpu_seconds(pids: Sequence[int]) -> float:
-    """CPU time (user + system) of this process and of `pids` (Linux /proc; else NaN)."""
-    total = time.process_time()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        # why: utime and stime are fields 14 and 15 of /proc/<pid>/stat (index 11, 12
-        # after the command name), in clock ticks.
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+def _timed(step: Callable[[int], Any], steps_per_call: int, seconds: float) -> tuple[float, float]:
+    """Call `step(k)` for k = 0, 1, ... during `seconds` of wall time, after a warm-up.
 
-
-def measure(envs: SerialEnvs | VectorEnv, seconds: float, seed: int = 0) -> tuple[float, float]:
-    """(env steps per second, CPU microseconds per env step) of the batch over `seconds`.
-
-    The CPU cost counts this process and the workers: unlike the rate, it barely depends
-    on what else the machine runs, so it shows the pool's overhead on a busy machine.
+    Returns:
+        (env steps per wall second, env steps per CPU-second of this process).
     """
-    rng = np.random.default_rng(seed)
-    actions = rng.integers(0, envs.obs_spec.num_actions, size=(_ACTION_TABLE, envs.num_envs))
-    pids = envs.worker_pids if isinstance(envs, VectorEnv) else []
-    envs.reset()
-    for k in range(5):  # warm-up: first steps touch fresh pages and caches
-        envs.step(actions[k])
+    for k in range(_WARMUP):
+        step(k)
     calls = 0
-    cpu_start, start = _cpu_seconds(pids), time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        envs.step(actions[calls % _ACTION_TABLE])
+    cpu_start, start = time.process_time(), time.perf_counter()
+    while (wall := time.perf_counter() - start) < seconds:
+        step(calls)
         calls += 1
-    steps = calls * envs.num_envs
-    return steps / elapsed, (_cpu_seconds(pids) - cpu_start) / steps * 1e6
+    cpu = time.process_time() - cpu_start
+    steps = calls * steps_per_call
+    return steps / wall, steps / cpu if cpu > 0 else float("nan")
+
+
+def _num_actions(space: gym.Space) -> int:
+    if not isinstance(space, gym.spaces.Discrete):
+        raise TypeError(f"expected a Discrete action space, got {space}")
+    return int(space.n)
+
+
+def measure_env(env: gym.Env, seconds: float, seed: int = 0) -> tuple[float, float]:
+    """(steps per wall second, steps per CPU-second) of one bare env, reset on every end."""
+    rng = np.random.default_rng(seed)
+    actions = rng.integers(0, _num_actions(env.action_space), size=_ACTION_TABLE).tolist()
+    env.reset(seed=seed)
+
+    def step(k: int) -> None:
+        _, _, terminated, truncated, _ = env.step(actions[k % _ACTION_TABLE])
+        if terminated or truncated:
+            env.reset()
+
+    return _timed(step, 1, seconds)
+
+
+def measure_batch(envs: SerialEnvs, seconds: float, seed: int = 0) -> tuple[float, float]:
+    """(env steps per wall second, env steps per CPU-second) of a batch: `N` per call."""
+    rng = np.random.default_rng(seed)
+    size = (_ACTION_TABLE, envs.num_envs)
+    actions = rng.integers(0, envs.obs_spec.num_actions, size=size)
+    envs.reset()
+    return _timed(lambda k: envs.step(actions[k % _ACTION_TABLE]), envs.num_envs, seconds)
+
+
+def _rates(prefix: str, per_s: float, per_cpu_s: float, repeats: int) -> dict[str, float]:
+    return {
+        f"{prefix}_steps_per_s": round(per_s, 1),
+        f"{prefix}_steps_per_cpu_s": round(per_cpu_s, 1),
+        f"{prefix}_frames_per_s": round(per_s * repeats, 1),
+        f"{prefix}_frames_per_cpu_s": round(per_cpu_s * repeats, 1),
+    }
 
 
 def run(
     env_spec: str = "ALE/Pong-v5",
     seconds: float = 10.0,
-    num_workers: int | None = None,
-    envs_per_worker: int = 4,
+    num_envs: int = 32,
     env_factory: Callable[[str], gym.Env] = make_env,
     action_repeats: int | None = None,
 ) -> dict[str, Any]:
-    """Measure one process and the pool; return the numbers as a dict.
+    """Measure one bare env and a `SerialEnvs` batch of `num_envs`; return the numbers.
 
     Args:
         env_spec: what `env_factory` builds (a `gazelle.envs.make` spec by default).
-        seconds: duration of each of the two measurements.
-        num_workers: worker processes of the pool; default `os.cpu_count()`.
-        envs_per_worker: envs each worker steps in turn.
-        env_factory: picklable `spec -> env` (called in the workers).
+        seconds: wall time of each of the two measurements.
+        num_envs: envs in the batch (an actor's `--envs-per-actor`).
+        env_factory: `spec -> env`.
         action_repeats: frames per env step; default `gazelle.envs.default_action_repeats`.
+
+    Raises:
+        ValueError: a bad argument, with the message naming its flag (`--env`, `--envs`,
+            `--seconds`).
     """
+    if not seconds > 0:
+        raise ValueError(f"--seconds must be > 0, got {seconds:g}")
+    if num_envs < 1:
+        raise ValueError(f"--envs must be at least 1, got {num_envs}")
+    try:
+        env = env_factory(env_spec)
+    except (ValueError, ImportError, gym.error.Error) as err:
+        raise ValueError(f"--env: {err}") from None
     if action_repeats is None:
         from gazelle.envs import default_action_repeats
 
         action_repeats = default_action_repeats(env_spec)
-    env_fn = partial(env_factory, env_spec)
-    with SerialEnvs([env_fn], seeds=[0]) as serial:
-        serial_sps, serial_cpu = measure(serial, seconds)
-    workers = num_workers or os.cpu_count() or 1
-    num_envs = workers * envs_per_worker
-    with VectorEnv([env_fn] * num_envs, num_workers=workers, seeds=range(num_envs)) as pool:
-        pool_sps, pool_cpu = measure(pool, seconds)
+    try:
+        single = measure_env(env, seconds)
+    finally:
+        env.close()
+    env_fns = [partial(env_factory, env_spec)] * num_envs
+    with SerialEnvs(env_fns, seeds=range(num_envs)) as envs:
+        batch = measure_batch(envs, seconds)
     return {
         "env": env_spec,
         "seconds": seconds,
-        "cpu_count": os.cpu_count(),
         "action_repeats": action_repeats,
-        "serial_steps_per_s": round(serial_sps, 1),
-        "serial_frames_per_s": round(serial_sps * action_repeats, 1),
-        "serial_cpu_us_per_step": round(serial_cpu, 1),
-        "num_workers": workers,
+        "load_average": round(os.getloadavg()[0], 2),
+        **_rates("single", *single, action_repeats),
         "num_envs": num_envs,
-        "pool_steps_per_s": round(pool_sps, 1),
-        "pool_frames_per_s": round(pool_sps * action_repeats, 1),
-        "pool_cpu_us_per_step": round(pool_cpu, 1),
-        "speedup": round(pool_sps / serial_sps, 2),
+        **_rates("batch", *batch, action_repeats),
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: print the two measurements, then the JSON line."""
+def table(result: dict[str, Any]) -> str:
+    """The measurements of `run` as a small text table."""
+    lines = [
+        f"env {result['env']}: {result['action_repeats']} frames per step,"
+        f" {result['seconds']:g} s per row, load average {result['load_average']:.2f}",
+        f"{'':22} {'envs':>5} {'steps/s':>11} {'steps/CPU-s':>12}"
+        f" {'frames/s':>11} {'frames/CPU-s':>13}",
+    ]
+    rows = (("one env (env.step)", "single", 1), ("SerialEnvs", "batch", result["num_envs"]))
+    for label, key, envs in rows:
+        lines.append(
+            f"{label:22} {envs:5d} {result[f'{key}_steps_per_s']:11,.0f}"
+            f" {result[f'{key}_steps_per_cpu_s']:12,.0f}"
+            f" {result[f'{key}_frames_per_s']:11,.0f} {result[f'{key}_frames_per_cpu_s']:13,.0f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: print the table, then the JSON line. A bad flag value exits 2 with one
+    line naming the flag."""
     parser = argparse.ArgumentParser(prog="gazelle bench env", description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="ALE/Pong-v5", help="env spec (gazelle.envs.make)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
-    parser.add_argument("--num-workers", type=int, default=None, help="default: cpu count")
-    parser.add_argument("--envs-per-worker", type=int, default=4)
+    parser.add_argument("--envs", type=int, default=32, help="envs in the SerialEnvs batch")
+    parser.add_argument("--seconds", type=float, default=10.0, help="wall time per row")
     args = parser.parse_args(argv)
-    result = run(args.env, args.seconds, args.num_workers, args.envs_per_worker)
-    print(f"env {result['env']}: {result['action_repeats']} frames per step")
-    print(
-        f"  one process (SerialEnvs, 1 env): {result['serial_steps_per_s']:10.1f} steps/s"
-        f" {result['serial_frames_per_s']:10.1f} frames/s"
-        f" {result['serial_cpu_us_per_step']:8.1f} CPU us/step"
-    )
-    print(
-        f"  pool (VectorEnv, {result['num_workers']} workers x {args.envs_per_worker} envs):"
-        f" {result['pool_steps_per_s']:10.1f} steps/s {result['pool_frames_per_s']:10.1f}"
-        f" frames/s {result['pool_cpu_us_per_step']:8.1f} CPU us/step ({result['speedup']:.2f}x)"
-    )
+    try:
+        result = run(args.env, args.seconds, args.envs)
+    except ValueError as err:
+        if not str(err).startswith("--"):
+            raise
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    print(table(result))
     print(json.dumps(result), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 
 def _per_core_rate(fn: Callable[[], int], seconds: float) -> float:
@@ -60,10 +60,10 @@ def _fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
 
 def inference_rate(run: Any, batch: int, seconds: float) -> float:
     """`Agent.act` samples per core-second at `batch` envs."""
-    from gazelle.models import Agent
+    from gazelle.models import build_agent
 
-    cfg = run.config
-    agent = Agent(run.obs_spec, torso=cfg.model, use_lstm=cfg.use_lstm).eval()
+    model = run.config.model
+    agent = build_agent(run.obs_spec, model.torso, model.use_lstm).eval()
     obs = _fake_obs(run.obs_spec, (batch,))
     state = agent.initial_state(batch)
     action = torch.zeros(batch, dtype=torch.long)
@@ -89,7 +89,7 @@ def learner_rate(run: Any, seconds: float) -> float:
         "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
         "truncation_value": torch.zeros(t + 1, b),
     }
-    if run.config.use_lstm:
+    if run.config.model.use_lstm:
         batch["state_h"], batch["state_c"] = run.agent.initial_state(b)
     batch = {k: v.to(run.device) for k, v in batch.items()}
 
@@ -100,7 +100,7 @@ def learner_rate(run: Any, seconds: float) -> float:
     return _per_core_rate(call, seconds)
 
 
-def measure_parts(config: ImpalaConfig, seconds: float, rounds: int = 3) -> dict[str, Any]:
+def measure_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env, inference and learner for `config`'s run.
 
     Each part is measured `rounds` times, interleaved, for `seconds / rounds` each, and its
@@ -108,18 +108,20 @@ def measure_parts(config: ImpalaConfig, seconds: float, rounds: int = 3) -> dict
     part down, so the best round is the closest to what the core can do, and a limit built
     from it is the strictest one for the efficiency.
     """
-    from gazelle.algorithms.setup import env_kwargs, prepare
+    from gazelle.algorithms.common import env_kwargs
+    from gazelle.algorithms.impala import build
 
     threads = torch.get_num_threads()
-    run = prepare(config)  # builds the run's agent/learner; actors are not started
+    run = build(config)  # builds the run's agent/learner; actors are not started
     torch.set_num_threads(1)
     try:
         cfg = run.config
+        actors = cfg.actors
         # why: with central inference the server batches the envs of all actors (up to
         # --inference-max-batch), so inference alone is measured at that batch.
-        batch = int(cfg.envs_per_actor or 1)
-        if cfg.inference == "central":
-            batch = cfg.inference_max_batch or batch * int(cfg.num_actors or 1)
+        batch = int(actors.envs_per_actor or 1)
+        if actors.inference == "central":
+            batch = actors.inference_max_batch or batch * int(actors.num_actors or 1)
         parts: dict[str, Callable[[float], float]] = {
             "env_steps_per_core_s": lambda s: env_rate(run.levels[0], env_kwargs(cfg), s),
             "inference_samples_per_core_s": lambda s: inference_rate(run, batch, s),

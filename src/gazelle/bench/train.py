@@ -17,7 +17,6 @@ frames/s over that limit. Frames are env frames (4 per agent step on Atari).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gazelle.bench.parts import limit, measure_parts
-from gazelle.config import ImpalaConfig
+from gazelle.config import Config
 
 WARMUP_FRACTION = 0.25
 #: A learner busy at least this fraction of its time limits the run; below, the actors do.
@@ -44,22 +43,21 @@ def learner_busy(points: list[dict[str, Any]]) -> float | None:
 
 
 def run(
-    config: ImpalaConfig,
+    config: Config,
     seconds: float = 60.0,
     part_seconds: float = 4.5,
     cores: int | None = None,
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Measure parts, then train for `seconds`; returns the JSON-able result."""
-    from gazelle.algorithms.impala import train
+    from gazelle.algorithms import train
 
     cores = cores or os.cpu_count() or 1
     parts = measure_parts(config, part_seconds)
-    resolved: ImpalaConfig = parts["config"]
+    resolved: Config = parts["config"]
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gazelle-bench-") as logdir:
-        bench_config = dataclasses.replace(
-            config,
+        bench_config = config.replace(
             logdir=logdir,
             max_seconds=seconds,
             total_frames=10**12,
@@ -100,7 +98,7 @@ def run(
         "inference_batch": parts["inference_batch"],
         "cores": cores,
         "seconds": seconds,
-        "config": {k: v for k, v in resolved.to_dict().items() if k in CONFIG_KEYS},
+        "config": {k: resolved.get(k) for k in CONFIG_KEYS},
     }
     if verbose:
         print(table(out))
@@ -171,17 +169,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="seconds to measure each part alone (in 3 interleaved rounds; the best counts)",
     )
     args = parser.parse_args(argv)
-    config = ImpalaConfig(
-        env=args.env,
-        model=args.model,
-        use_lstm=args.use_lstm,
-        num_actors=args.num_actors,
-        envs_per_actor=args.envs_per_actor,
-        batch_size=args.batch_size,
-        unroll_length=args.unroll_length,
-        inference=args.inference,
-        precision=args.precision,
-        learner_threads=args.learner_threads,
-        device=args.device,
+    config = Config.from_flat(
+        dict(
+            env=args.env,
+            model=args.model,
+            use_lstm=args.use_lstm,
+            num_actors=args.num_actors,
+            envs_per_actor=args.envs_per_actor,
+            batch_size=args.batch_size,
+            unroll_length=args.unroll_length,
+            inference=args.inference,
+            precision=args.precision,
+            learner_threads=args.learner_threads,
+            device=args.device,
+        )
     )
     run(config, seconds=args.seconds, part_seconds=args.part_seconds)

@@ -1,7 +1,7 @@
 """Environments: `make(spec)` for Atari, DMLab, BabyAI/MiniGrid, diagnostic tasks and any
 Gymnasium id, all with the same observation dict and Discrete actions; human-normalised
-scores for Atari-57 and DMLab-30. Env batches (`SerialEnvs`, `VectorEnv`) are in
-`gazelle.envs.vector`."""
+scores for Atari-57 and DMLab-30. The env batch that actors step (`SerialEnvs`) is in
+`gazelle.envs.batch`."""
 
 from gazelle.envs.diagnostic import register as _register_diagnostic
 from gazelle.envs.dmlab30 import LEVEL_MAPPING

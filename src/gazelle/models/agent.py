@@ -18,11 +18,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from gazelle.models.core import LSTMCore
+from gazelle.models.init import seed_init
 from gazelle.models.instruction import InstructionEncoder
 from gazelle.models.torsos import make_torso
 from gazelle.types import FRAME, INSTRUCTION, AgentOutput, AgentState, ObsSpec
 
 Obs = dict[str, torch.Tensor]
+
+#: Units of the LSTM core (the IMPALA seed's 256).
+CORE_SIZE = 256
 
 
 class Agent(nn.Module):
@@ -34,6 +38,8 @@ class Agent(nn.Module):
         use_lstm: an LSTM core of `core_size`; if False the heads read the core input
             directly (feed-forward; the state is `()`).
         core_size: LSTM units.
+        init: `seed`: the IMPALA seed's initialisation (`gazelle.models.init`); `torch`:
+            torch's defaults.
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: `frame` uint8 `[B, C, H, W]` (or float32 `[B, D]`) and, for instruction tasks,
@@ -47,7 +53,12 @@ class Agent(nn.Module):
     """
 
     def __init__(
-        self, obs_spec: ObsSpec, torso: str = "deep", use_lstm: bool = True, core_size: int = 256
+        self,
+        obs_spec: ObsSpec,
+        torso: str = "deep",
+        use_lstm: bool = True,
+        core_size: int = CORE_SIZE,
+        init: str = "seed",
     ):
         super().__init__()
         self.obs_spec = obs_spec
@@ -60,6 +71,10 @@ class Agent(nn.Module):
         head_input = core_size if use_lstm else core_input
         self.policy = nn.Linear(head_input, self.num_actions)
         self.baseline = nn.Linear(head_input, 1)
+        if init == "seed":
+            seed_init(self)
+        elif init != "torch":
+            raise ValueError(f"init: invalid value {init!r}; allowed: seed | torch")
 
     def initial_state(
         self, batch_size: int, device: torch.device | str | None = None
@@ -191,3 +206,14 @@ class Agent(nn.Module):
         outputs = AgentOutput(action, policy_logits, baseline)
         shaped = AgentOutput(*(t.view(num_steps, batch_size, *t.shape[1:]) for t in outputs))
         return shaped, state
+
+
+def build_agent(obs_spec: ObsSpec, torso: str, use_lstm: bool = True, init: str = "seed") -> Agent:
+    """The one agent factory of gazelle: learner, actors, inference server, test mode and
+    benchmarks all build their agent here, so that they agree on every size."""
+    return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init)
+
+
+def state_size(use_lstm: bool) -> int:
+    """Size of each of the state tensors `(h, c)` of agents from `build_agent` (0: none)."""
+    return CORE_SIZE if use_lstm else 0

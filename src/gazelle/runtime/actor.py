@@ -2,17 +2,18 @@
 
 As in the IMPALA seed's actor, env state, agent (LSTM) state and the last env/agent output
 persist across unrolls: step 0 of each unroll repeats the last step of the previous one.
-The actor knows nothing of transport: it writes into `UnrollBuffers` and acts through a
+The actor knows nothing of transport: it writes through an `UnrollWriter` and acts through a
 `Policy` (`gazelle.runtime.policy`: its own agent copy, or the central inference server),
-both handed to it.
+both handed to it by a backend. Telemetry does not travel with the data: once per unroll it
+reports one "unroll" event (the episodes that ended, with their level, return and length;
+seconds per step in each stage; how often each action was taken) through `report`, so a
+dropped or stale unroll loses no statistic.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gazelle.models import Agent
-from gazelle.runtime.allocator import keep_freed_memory
-from gazelle.runtime.buffers import UnrollBuffers
-from gazelle.runtime.inference import InferenceChannels
-from gazelle.runtime.params import ParamStore
-from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy, PolicyStopped
+from gazelle.models import Agent, build_agent
+from gazelle.models.instruction import MAX_TOKENS
+from gazelle.runtime.interfaces import UnrollWriter
+from gazelle.runtime.policy import Policy
 from gazelle.types import INSTRUCTION, ObsSpec
 
 
@@ -43,18 +42,19 @@ class ActorSpec:
     use_lstm: bool
     seed: int
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    instruction_tokens: int = 32
+    instruction_tokens: int = MAX_TOKENS
     slot_timeout_s: float = 600.0
     response_timeout_s: float = 120.0
 
 
-def build_agent(spec: ActorSpec) -> Agent:
-    return Agent(spec.obs_spec, torso=spec.torso, use_lstm=spec.use_lstm)
+def actor_agent(spec: ActorSpec) -> Agent:
+    """The actor's own copy of the agent (weights come from the learner)."""
+    return build_agent(spec.obs_spec, spec.torso, spec.use_lstm)
 
 
 def make_env_batch(spec: ActorSpec) -> Any:
     from gazelle.envs import make
-    from gazelle.envs.vector import SerialEnvs
+    from gazelle.envs.batch import SerialEnvs
 
     fns = [
         functools.partial(make, spec.level, seed=spec.seed + j, **spec.env_kwargs)
@@ -88,7 +88,7 @@ class Actor:
     def __init__(
         self,
         spec: ActorSpec,
-        buffers: UnrollBuffers,
+        buffers: UnrollWriter,
         policy: Policy,
         report: Callable[[dict[str, Any]], None] = lambda event: None,
     ) -> None:
@@ -105,9 +105,6 @@ class Actor:
             # why: the first obs starts an episode; marking it truncated resets the agent
             # state (already initial) and keeps the loss from bootstrapping across it.
             "truncated": torch.ones(num_envs, dtype=torch.bool),
-            "game_over": torch.zeros(num_envs, dtype=torch.bool),
-            "episode_return": torch.zeros(num_envs),
-            "episode_length": torch.zeros(num_envs, dtype=torch.int64),
             "truncation_value": torch.zeros(num_envs),
             "action": torch.zeros(num_envs, dtype=torch.int64),
             "baseline": torch.zeros(num_envs),
@@ -148,6 +145,8 @@ class Actor:
         clock = time.perf_counter
         inference_s = env_s = 0.0
         start = clock()
+        episodes: list[tuple[float, int]] = []
+        actions = torch.zeros(spec.obs_spec.num_actions, dtype=torch.int64)
         self.policy.begin_unroll()
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
         self.buffers.write_state(slots, self.policy.state)
@@ -163,15 +162,13 @@ class Actor:
                     {"type": "env_error", "actor": spec.actor_id, "env": index, "message": message}
                 )
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
+            actions += torch.bincount(out.action, minlength=len(actions))
+            for j in np.flatnonzero(np.asarray(step.game_over, dtype=bool)):
+                episodes.append((float(step.episode_return[j]), int(step.episode_length[j])))
             self.last = {
                 "reward": reward,
                 "terminated": torch.from_numpy(np.asarray(step.terminated, dtype=bool)),
                 "truncated": torch.from_numpy(np.asarray(step.truncated, dtype=bool)),
-                "game_over": torch.from_numpy(np.asarray(step.game_over, dtype=bool)),
-                "episode_return": torch.from_numpy(
-                    np.asarray(step.episode_return, dtype=np.float32)
-                ),
-                "episode_length": torch.from_numpy(np.asarray(step.episode_length, dtype=np.int64)),
                 "truncation_value": self._truncation_values(step, out, reward),
                 "action": out.action,
                 "baseline": out.baseline.float(),
@@ -186,6 +183,16 @@ class Actor:
             env_s * per_step,
             (total - inference_s - env_s) * per_step,
         )
+        self.report(
+            {
+                "type": "unroll",
+                "actor": spec.actor_id,
+                "level_id": spec.level_id,
+                "episodes": episodes,
+                "timing": self.timing,
+                "action_counts": actions.tolist(),
+            }
+        )
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         spec = self.spec
@@ -196,58 +203,7 @@ class Actor:
             if not slots:
                 return
             self.unroll(slots)
-            self.buffers.commit(
-                slots, spec.actor_id, spec.level_id, self.policy.version, self.timing
-            )
+            self.buffers.commit(slots, spec.actor_id, spec.level_id, self.policy.version)
 
     def close(self) -> None:
         self.envs.close()
-
-
-def make_policy(
-    spec: ActorSpec,
-    params: ParamStore,
-    channels: InferenceChannels | None,
-    should_stop: Callable[[], bool],
-) -> Policy:
-    """A `CentralPolicy` on `channels` when given (central inference), else a `LocalPolicy`."""
-    if channels is not None:
-        return CentralPolicy(
-            channels, spec.actor_id, spec.envs_per_actor, should_stop, spec.response_timeout_s
-        )
-    return LocalPolicy(build_agent(spec), params, spec.envs_per_actor)
-
-
-def actor_process(
-    spec: ActorSpec,
-    buffers: UnrollBuffers,
-    params: ParamStore,
-    stop: Any,
-    events: Any,
-    channels: InferenceChannels | None = None,
-) -> None:
-    """Entry point of an actor process (spawned by a backend); `channels`: central
-    inference."""
-    # why: one torch thread per actor process; two threads per process on a shared core
-    # ran 10-250x slower (DESIGN.md measurements).
-    torch.set_num_threads(1)
-    keep_freed_memory()
-    torch.manual_seed(spec.seed)
-
-    def report(event: dict[str, Any]) -> None:
-        # why: a full event queue must never stop an actor.
-        with contextlib.suppress(Exception):
-            events.put_nowait(event)
-
-    actor = None
-    try:
-        actor = Actor(spec, buffers, make_policy(spec, params, channels, stop.is_set), report)
-        actor.run(stop.is_set)
-    except (KeyboardInterrupt, PolicyStopped):
-        pass
-    except Exception:
-        report({"type": "actor_crash", "actor": spec.actor_id, "message": traceback.format_exc()})
-        raise
-    finally:
-        if actor is not None:
-            actor.close()

@@ -1,7 +1,8 @@
-"""The learner: a time-major batch of unrolls -> V-trace loss -> one optimiser step.
+"""The learner: a time-major batch of unrolls -> the algorithm's loss -> one optimiser step.
 
-It knows nothing of where batches come from (an iterator of dicts, as acme's learners) and
-holds no maths of its own: V-trace and the loss terms come from `gazelle.losses`.
+It knows nothing of where batches come from (an iterator of dicts, as acme's learners) nor of
+the algorithm: it is handed its loss (`LossFn`, e.g. IMPALA's V-trace loss from
+`gazelle.algorithms.impala`) and holds no maths of its own.
 """
 
 from __future__ import annotations
@@ -10,86 +11,40 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from gazelle.losses import actor_critic, vtrace
-from gazelle.models import Agent
 from gazelle.runtime.layer_stats import LayerStats
-from gazelle.types import INSTRUCTION
 
-
-@dataclass(frozen=True)
-class LossSettings:
-    """The loss hyperparameters of one run (see `gazelle.config.ImpalaConfig`)."""
-
-    discounting: float
-    baseline_cost: float
-    entropy_cost: float
-    reward_clipping: str
-    grad_norm_clip: float | None
-
-
-def impala_loss(
-    agent: Agent, batch: dict[str, torch.Tensor], settings: LossSettings
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """IMPALA's loss on one batch of `[T+1, B]` unrolls (the seed's `build_learner`)."""
-    obs = {"frame": batch["frame"]}
-    if INSTRUCTION in batch:
-        obs[INSTRUCTION] = batch[INSTRUCTION]
-    done = batch["terminated"] | batch["truncated"]
-    state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
-    learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)
-    logits = learner_out.policy_logits.float()
-    baseline = learner_out.baseline.float()
-
-    # why: the env outputs at t are the inputs that led to the learner outputs at t. After
-    # the shift by one, the behaviour action/logits at t are what led to the env output
-    # (reward, end of episode) at t+1, and the learner's value at t is V(x_t).
-    bootstrap_value = baseline[-1]
-    actions = batch["action"][1:]
-    behaviour_logits = batch["policy_logits"][1:]
-    rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
-    terminated, truncated = batch["terminated"][1:], batch["truncated"][1:]
-    # A cut episode is bootstrapped from V(its last obs), computed by the actor when the cut
-    # happened; a terminated one is not. Neither carries value across the episode boundary.
-    rewards = rewards + settings.discounting * truncated.float() * batch["truncation_value"][1:]
-    discounts = (~(terminated | truncated)).float() * settings.discounting
-
-    vtrace_returns = vtrace.from_logits(
-        behaviour_policy_logits=behaviour_logits,
-        target_policy_logits=logits[:-1],
-        actions=actions,
-        discounts=discounts,
-        rewards=rewards,
-        values=baseline[:-1],
-        bootstrap_value=bootstrap_value,
-    )
-    return actor_critic.impala_loss(
-        target_logits=logits[:-1],
-        actions=actions,
-        vtrace_returns=vtrace_returns,
-        values=baseline[:-1],
-        baseline_cost=settings.baseline_cost,
-        entropy_cost=settings.entropy_cost,
-    )
+#: A loss: `(agent, batch) -> (scalar loss, metrics)`, metrics detached 0-dim tensors.
+LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, Any]]]
 
 
 class Learner:
-    """One optimiser step per call of `step(batch, learning_rate)`."""
+    """One optimiser step per call of `step(batch, learning_rate)`.
+
+    Args:
+        agent: the module trained (on `device`).
+        optimizer: over `agent`'s parameters.
+        loss_fn: `(agent, batch) -> (loss, metrics)`.
+        device: where batches arrive and the agent lives.
+        precision: fp32, or bf16 (autocast around the loss).
+        grad_norm_clip: clip the global gradient norm to this (None: no clipping).
+    """
 
     def __init__(
         self,
-        agent: Agent,
+        agent: nn.Module,
         optimizer: torch.optim.Optimizer,
-        settings: LossSettings,
+        loss_fn: LossFn,
         device: torch.device,
         precision: str = "fp32",
+        grad_norm_clip: float | None = None,
     ) -> None:
-        self.agent, self.optimizer, self.settings = agent, optimizer, settings
+        self.agent, self.optimizer, self.loss_fn = agent, optimizer, loss_fn
+        self.grad_norm_clip = grad_norm_clip
         self.device = device
         self.precision = precision
         self.layer_stats = LayerStats(agent)
@@ -103,11 +58,11 @@ class Learner:
         """Train on `batch` (already on the device); returns detached metrics."""
         self.agent.train()
         with self._autocast():
-            loss, metrics = impala_loss(self.agent, batch, self.settings)
+            loss, metrics = self.loss_fn(self.agent, batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.settings.grad_norm_clip is not None:
-            norm = nn.utils.clip_grad_norm_(self.agent.parameters(), self.settings.grad_norm_clip)
+        if self.grad_norm_clip is not None:
+            norm = nn.utils.clip_grad_norm_(self.agent.parameters(), self.grad_norm_clip)
             metrics["losses/grad_norm"] = norm.detach()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate

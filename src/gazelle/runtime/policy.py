@@ -16,22 +16,17 @@ any reset message.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
 from gazelle.models import Agent
-from gazelle.runtime.inference import InferenceChannels
-from gazelle.runtime.params import ParamStore
+from gazelle.runtime.interfaces import InferenceClient, ParamSource, PolicyStopped
 from gazelle.types import AgentOutput, AgentState
 
 Obs = dict[str, torch.Tensor]
 
-
-class PolicyStopped(Exception):
-    """The run is stopping while the actor waited for the server."""
+__all__ = ["CentralPolicy", "LocalPolicy", "Policy", "PolicyStopped"]
 
 
 class Policy(Protocol):
@@ -88,7 +83,7 @@ class _StatefulPolicy:
 class LocalPolicy(_StatefulPolicy):
     """The actor's own agent copy; pulls weights from `params` at each unroll's start."""
 
-    def __init__(self, agent: Agent, params: ParamStore, num_envs: int) -> None:
+    def __init__(self, agent: Agent, params: ParamSource, num_envs: int) -> None:
         self.agent, self.params = agent.eval(), params
         self.state: AgentState = agent.initial_state(num_envs)
         self._version = -1
@@ -112,30 +107,19 @@ class LocalPolicy(_StatefulPolicy):
 
 
 class CentralPolicy(_StatefulPolicy):
-    """A client of the `InferenceServer`: one request in flight through actor `actor_id`'s
-    slot of `channels`.
+    """Outputs from a central inference server through `client` (the seed's dynamic
+    batching); the state stays here and travels with each request.
 
-    Raises `TimeoutError` when no answer comes within `timeout_s` (the actor then dies and
-    is restarted), `PolicyStopped` when `should_stop()` turns true while waiting.
+    The client raises `TimeoutError` when no answer comes in time (the actor then dies and
+    is restarted) and `PolicyStopped` when the run stops while it waits.
     """
 
-    def __init__(
-        self,
-        channels: InferenceChannels,
-        actor_id: int,
-        num_envs: int,
-        should_stop: Callable[[], bool] = lambda: False,
-        timeout_s: float = 120.0,
-    ) -> None:
-        self.channels, self.actor_id = channels, actor_id
-        self.should_stop, self.timeout_s = should_stop, timeout_s
-        size = channels.request["state_h"].shape[-1] if channels.has_state else 0
+    def __init__(self, client: InferenceClient, num_envs: int) -> None:
+        self.client = client
+        size = client.state_size
         self.state: AgentState = (
             (torch.zeros(num_envs, size), torch.zeros(num_envs, size)) if size else ()
         )
-        # why: continue the slot's sequence numbers, so a response to a request of a dead
-        # predecessor in this slot is never mistaken for one of ours.
-        self.seq = int(channels.request_seq[actor_id])
         self._version: int | None = None
 
     @property
@@ -153,42 +137,13 @@ class CentralPolicy(_StatefulPolicy):
         done: torch.Tensor,
         state: AgentState,
     ) -> tuple[AgentOutput, AgentState]:
-        channels, actor = self.channels, self.actor_id
-        count = len(done)
         inputs = {**obs, "last_action": last_action, "reward": reward, "done": done}
         if state:
             inputs["state_h"], inputs["state_c"] = state
-        for name, value in inputs.items():
-            channels.request[name][actor, :count] = value
-        channels.count[actor] = count
-        self.seq += 1
-        # why: the sequence number is written after the rows and before the signal, so the
-        # server never serves rows older than the number it answers with.
-        channels.request_seq[actor] = self.seq
-        channels.wake.release()
-        deadline = time.monotonic() + self.timeout_s
-        while int(channels.response_seq[actor]) != self.seq:
-            if self.should_stop():
-                raise PolicyStopped
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"actor {actor}: no answer from the inference server in {self.timeout_s:.0f}s"
-                )
-            # why: short waits, so a stop is seen quickly; a stale signal (for a request of
-            # a dead predecessor) just loops once more.
-            channels.ready[actor].acquire(timeout=0.1)
-        response = channels.response
-        out = AgentOutput(
-            response["action"][actor, :count].clone(),
-            response["policy_logits"][actor, :count].clone(),
-            response["baseline"][actor, :count].clone(),
-        )
-        new_state: AgentState = ()
-        if state:
-            new_state = (
-                response["state_h"][actor, :count].clone(),
-                response["state_c"][actor, :count].clone(),
-            )
-        version = int(channels.version[actor])
+        response, version = self.client.infer(inputs, len(done))
+        out = AgentOutput(response["action"], response["policy_logits"], response["baseline"])
+        new_state: AgentState = (response["state_h"], response["state_c"]) if state else ()
+        # why: the server may swap weights between two steps of an unroll; the oldest
+        # version that produced an output is the honest policy lag.
         self._version = version if self._version is None else min(self._version, version)
         return out, new_state

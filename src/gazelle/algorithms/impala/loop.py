@@ -1,13 +1,11 @@
-"""IMPALA on one machine: wiring of actors, buffers, learner, logs and checkpoints.
-
-No maths here: the loss lives in `gazelle.losses`, the update in `gazelle.runtime.learner`.
-"""
+"""IMPALA's loop: batches from the backend, one learner step each, new weights published,
+telemetry logged, checkpoints written. No maths here (the loss is `impala.loss`) and no
+transport (the backend's `Transport`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import queue
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,47 +14,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from gazelle import checkpoint
-from gazelle.algorithms.setup import RunSetup, prepare
+from gazelle.algorithms.impala.build import ImpalaRun, build
+from gazelle.algorithms.runstate import (
+    CHECKPOINT_FILE,
+    TrainResult,
+    interruptible,
+    restore,
+    save,
+    write_config,
+)
+from gazelle.algorithms.telemetry import Telemetry
+from gazelle.backends.local.buffers import is_per_unroll
+from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
 from gazelle.optim import polynomial_decay
-from gazelle.runtime.buffers import ACTOR_STAGES, is_per_unroll
-from gazelle.runtime.learner import Prefetcher
+from gazelle.runtime.layer_stats import StallWatch
+from gazelle.runtime.learner import LossFn, Prefetcher
 
-CHECKPOINT_FILE = "checkpoint.pt"
 BATCH_TIMEOUT_S = 600.0
 
-
-@dataclasses.dataclass
-class TrainResult:
-    """What a finished (or interrupted) run reached."""
-
-    frames: int
-    updates: int
-    episodes: int
-    recent_return: float | None
-    level_returns: dict[str, float | None]
-    fps: float
-    logdir: Path
-    interrupted: bool = False
-    actor_restarts: int = 0
-    dropped_unrolls: int = 0
-
-
-class _Terminate(Exception):
-    """SIGTERM or SIGINT as an exception, so `finally` saves the checkpoint."""
-
-
-def _episodes(batch: dict[str, torch.Tensor]) -> tuple[np.ndarray, ...]:
-    """Games that ended in this batch: (level ids, returns, lengths).
-
-    why: index 0 of an unroll repeats the previous unroll's last step, so only 1..T count.
-    """
-    ended = batch["game_over"][1:].cpu().numpy()
-    levels = np.broadcast_to(batch["level_id"].cpu().numpy(), ended.shape)[ended]
-    returns = batch["episode_return"][1:].cpu().numpy()[ended]
-    lengths = batch["episode_length"][1:].cpu().numpy()[ended]
-    return levels, returns, lengths
+__all__ = ["BATCH_TIMEOUT_S", "CHECKPOINT_FILE", "TrainResult", "train"]
 
 
 def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
@@ -77,133 +54,171 @@ def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | Non
     return out
 
 
-def train(config: Any, on_progress: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
-    """Train IMPALA with `config` (an `ImpalaConfig`); resumes from its logdir if possible."""
-    run = prepare(config)
+def train(
+    config: Config,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    loss_fn: LossFn | None = None,
+) -> TrainResult:
+    """Train IMPALA with `config`; resumes from its logdir's checkpoint if there is one.
+
+    `on_progress` gets a dict at every log interval; `loss_fn` replaces the V-trace loss
+    (see `build`)."""
+    run = build(config, loss_fn)
     cfg = run.config
-    logdir = Path(cfg.logdir)
+    logdir = Path(cfg.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
-    frames, updates, episodes = 0, 0, 0
-    if cfg.resume and ckpt_path.exists():
-        state = checkpoint.load(ckpt_path, map_location=run.device)
-        frames, updates, episodes = _restore(run, state)
-        print(f"gazelle: resumed from {ckpt_path} at {frames:,} frames ({updates} updates)")
+    counters = {"frames": 0, "updates": 0, "episodes": 0}
+    if cfg.run.resume and ckpt_path.exists():
+        counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
+        print(
+            f"gazelle: resumed from {ckpt_path} at {counters['frames']:,} frames "
+            f"({counters['updates']} updates)"
+        )
     logger = RunLogger(
-        logdir, total_frames=run.total_frames, resume_frames=frames if frames else None
+        logdir,
+        total_frames=run.total_frames,
+        resume_frames=counters["frames"] or None,
     )
-    _write_config(logdir, cfg)
-    frames_per_batch = run.batch_size * run.unroll_length * run.action_repeats
-    previous_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        raise _Terminate
-
-    # why: SIGINT too, because a run started in the background by a non-interactive shell
-    # (nohup, `cmd &` in a script) inherits SIGINT as ignored, and `kill -INT` would do nothing.
-    for sig in previous_handlers:
-        signal.signal(sig, on_signal)
-    run.params.publish(run.agent, updates)
-    run.actors.start()
+    write_config(logdir, cfg)
+    print(_describe(run))
+    timings = Timings()
+    telemetry = Telemetry(logger, timings, run.levels, run.action_repeats)
+    telemetry.episodes = counters["episodes"]
+    transport = run.transport
+    transport.params.publish(run.agent, counters["updates"])
+    transport.fleet.start()
     prefetcher = Prefetcher(
-        lambda should_stop: run.buffers.batches(run.batch_size, BATCH_TIMEOUT_S, should_stop),
+        lambda should_stop: transport.batches.batches(run.batch_size, BATCH_TIMEOUT_S, should_stop),
         run.device,
     )
-    timings = Timings()
+    state = _LoopState(counters["frames"], counters["updates"])
     interrupted = False
-    start_time, start_frames = time.monotonic(), frames
-    last_log = last_ckpt = time.monotonic()
-    fps = 0.0
-    recent_metrics: dict[str, Any] = {}
-    inference_seen = {"batches": 0.0, "rows": 0.0}
     try:
-        deadline = start_time + (cfg.max_seconds or float("inf"))
-        while frames < run.total_frames and time.monotonic() < deadline:
-            t0 = time.perf_counter()
-            batch = _next_batch(prefetcher, run)
-            t1 = time.perf_counter()
-            timings.add("learner_wait", t1 - t0)
-            lag = updates - batch["policy_version"]
-            batch = _drop_stale(batch, updates, cfg.max_policy_lag)
-            if batch is None:
-                continue
-            lr = polynomial_decay(run.learning_rate, frames, run.total_frames)
-            metrics = run.learner.step(batch, lr)
-            updates += 1
-            frames += frames_per_batch
-            run.params.publish(run.agent, updates)
-            timings.add("learner", time.perf_counter() - t1)
-            levels, returns, lengths = _episodes(batch)
-            for level_id, ret, length in zip(levels, returns, lengths):
-                logger.episode(
-                    run.levels[level_id], float(ret), int(length) * run.action_repeats, frames
-                )
-            episodes += len(returns)
-            actor_timing = batch["actor_timing"].mean(0)
-            for stage, seconds in zip(ACTOR_STAGES, actor_timing.tolist()):
-                timings.add(f"actor_{stage}_per_step", seconds)
-            recent_metrics = {
-                **metrics,
-                "charts/learning_rate": lr,
-                "charts/policy_lag": lag.float().mean(),
-                "charts/policy_lag_max": lag.max(),
-            }
-            for event in run.actors.poll():
-                _log_event(event)
-            recent_metrics.update(_inference_metrics(run, inference_seen))
-            now = time.monotonic()
-            if now - last_log >= cfg.log_interval_s:
-                fps = (frames - start_frames) / max(now - start_time, 1e-9)
-                scalars = _log(logger, run, recent_metrics, timings, frames, fps, batch)
-                if on_progress is not None:
-                    on_progress(
-                        {
-                            "frames": frames,
-                            "fps": fps,
-                            "time": now,
-                            "updates": updates,
-                            "episode_return": logger.recent_return(),
-                            **{k: v for k, v in scalars.items() if k.startswith("timing/")},
-                        }
-                    )
-                last_log = now
-            if now - last_ckpt >= cfg.checkpoint_interval_s:
-                _save(run, ckpt_path, frames, updates, episodes)
-                last_ckpt = now
-    except (KeyboardInterrupt, _Terminate):
+        with interruptible():
+            _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
+    except KeyboardInterrupt:
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
     finally:
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
         prefetcher.close()
-        run.actors.close()
-        _save(run, ckpt_path, frames, updates, episodes)
-        fps = (frames - start_frames) / max(time.monotonic() - start_time, 1e-9)
-        logger.progress(frames, fps, _floats(recent_metrics))
-        logger.console_line(frames, fps, force=True)
+        transport.fleet.close()
+        # why: the events actors sent while the loop ended still carry finished episodes.
+        telemetry.consume(transport.fleet.poll(), state.frames)
+        save(
+            ckpt_path,
+            cfg,
+            run.agent,
+            run.optimizer,
+            state.frames,
+            state.updates,
+            telemetry.episodes,
+            run.levels,
+        )
+        fps = state.fps()
+        logger.progress(state.frames, fps, {k: float(v) for k, v in state.metrics.items()})
+        logger.console_line(state.frames, fps, force=True)
         logger.close()
-    levels_recent = {level: logger.recent_return(level) for level in run.levels}
     return TrainResult(
-        frames,
-        updates,
-        episodes,
-        logger.recent_return(),
-        levels_recent,
-        fps,
-        logdir,
-        interrupted,
-        sum(run.actors.restarts),
-        run.actors.dropped_slots,
+        frames=state.frames,
+        updates=state.updates,
+        episodes=telemetry.episodes,
+        recent_return=logger.recent_return(),
+        level_returns={level: logger.recent_return(level) for level in run.levels},
+        fps=state.fps(),
+        logdir=logdir,
+        interrupted=interrupted,
+        actor_restarts=sum(transport.fleet.restarts),
+        dropped_unrolls=transport.fleet.dropped_slots + state.stale_unrolls,
     )
 
 
-def _next_batch(prefetcher: Prefetcher, run: RunSetup) -> dict[str, torch.Tensor]:
-    """The next batch; raises if the inference server died or after BATCH_TIMEOUT_S."""
+@dataclasses.dataclass
+class _LoopState:
+    frames: int
+    updates: int
+    stale_unrolls: int = 0
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    start_time: float = dataclasses.field(default_factory=time.monotonic)
+    start_frames: int = 0
+
+    def __post_init__(self) -> None:
+        self.start_frames = self.frames
+
+    def fps(self) -> float:
+        return (self.frames - self.start_frames) / max(time.monotonic() - self.start_time, 1e-9)
+
+
+def _loop(
+    run: ImpalaRun,
+    state: _LoopState,
+    prefetcher: Prefetcher,
+    logger: RunLogger,
+    timings: Timings,
+    telemetry: Telemetry,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    cfg, transport = run.config, run.transport
+    frames_per_unroll = run.unroll_length * run.action_repeats
+    ckpt_path = Path(cfg.run.logdir) / CHECKPOINT_FILE
+    stall = StallWatch()
+    inference_seen = {"batches": 0.0, "rows": 0.0}
+    deadline = state.start_time + (cfg.run.max_seconds or float("inf"))
+    last_log = last_ckpt = time.monotonic()
+    while state.frames < run.total_frames and time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        batch = _next_batch(prefetcher, run)
+        t1 = time.perf_counter()
+        timings.add("learner_wait", t1 - t0)
+        lag = state.updates - batch["policy_version"]
+        kept = _drop_stale(batch, state.updates, cfg.impala.max_policy_lag)
+        state.stale_unrolls += int(lag.numel()) - (
+            0 if kept is None else int(kept["policy_version"].numel())
+        )
+        telemetry.consume(transport.fleet.poll(), state.frames)
+        if kept is None:
+            continue
+        lr = polynomial_decay(run.learning_rate, state.frames, run.total_frames)
+        metrics = run.learner.step(kept, lr)
+        state.updates += 1
+        state.frames += frames_per_unroll * int(kept["policy_version"].numel())
+        transport.params.publish(run.agent, state.updates)
+        timings.add("learner", time.perf_counter() - t1)
+        stall.update(metrics, state.updates)
+        state.metrics = {
+            **metrics,
+            "charts/learning_rate": lr,
+            "charts/policy_lag": lag.float().mean(),
+            "charts/policy_lag_max": lag.max(),
+            "charts/stale_unrolls": state.stale_unrolls,
+            "charts/actor_restarts": telemetry.restarts,
+            **_inference_metrics(transport.fleet.stats(), inference_seen),
+        }
+        now = time.monotonic()
+        if now - last_log >= cfg.run.log_interval_s:
+            _log(run, state, logger, timings, telemetry, on_progress)
+            last_log = now
+        if now - last_ckpt >= cfg.run.checkpoint_interval_s:
+            save(
+                ckpt_path,
+                cfg,
+                run.agent,
+                run.optimizer,
+                state.frames,
+                state.updates,
+                telemetry.episodes,
+                run.levels,
+            )
+            last_ckpt = now
+
+
+def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tensor]:
+    """The next batch; raises if a part the run needs died, or after BATCH_TIMEOUT_S."""
     deadline = time.monotonic() + BATCH_TIMEOUT_S
     while True:
         # why: short waits, so a dead inference server (no more unrolls) fails the run
         # with its own error instead of a learner timeout ten minutes later.
-        run.actors.check_server()
+        run.transport.fleet.check()
         try:
             return prefetcher.get(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
         except queue.Empty:
@@ -211,9 +226,8 @@ def _next_batch(prefetcher: Prefetcher, run: RunSetup) -> dict[str, torch.Tensor
                 raise
 
 
-def _inference_metrics(run: RunSetup, seen: dict[str, float]) -> dict[str, float]:
+def _inference_metrics(stats: dict[str, float], seen: dict[str, float]) -> dict[str, float]:
     """Mean envs per central inference batch since the last call (`seen` is updated)."""
-    stats = run.actors.inference_stats()
     batches = stats.get("batches", 0.0) - seen["batches"]
     if batches <= 0:
         return {}
@@ -222,77 +236,66 @@ def _inference_metrics(run: RunSetup, seen: dict[str, float]) -> dict[str, float
     return {"charts/inference_batch": mean}
 
 
-def _floats(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items()}
-
-
 def _log(
+    run: ImpalaRun,
+    state: _LoopState,
     logger: RunLogger,
-    run: RunSetup,
-    metrics: dict[str, Any],
     timings: Timings,
-    frames: int,
-    fps: float,
-    batch: dict[str, torch.Tensor],
-) -> dict[str, Any]:
-    scalars = {**_floats(metrics), "charts/fps": fps, **timings.means()}
-    scalars.update(run.scores(logger))
-    logger.scalars(scalars, frames)
-    logger.histogram("charts/action", batch["action"][1:], frames)
-    logger.progress(frames, fps, scalars)
-    logger.console_line(frames, fps)
+    telemetry: Telemetry,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    fps = state.fps()
+    scalars = {**{k: float(v) for k, v in state.metrics.items()}, "charts/fps": fps}
+    scalars.update(timings.means())
+    scalars.update(_scores(run, logger))
+    logger.scalars(scalars, state.frames)
+    counts = telemetry.take_action_counts()
+    if counts is not None:
+        logger.histogram("charts/action", np.repeat(np.arange(len(counts)), counts), state.frames)
+    logger.progress(state.frames, fps, scalars)
+    logger.console_line(state.frames, fps)
     timings.reset()
-    return scalars
-
-
-def _log_event(event: dict[str, Any]) -> None:
-    kind = event.get("type")
-    if kind == "actor_restart":
-        print(
-            f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
-            f"restarted, {event['dropped_slots']} half-written unroll(s) dropped"
-        )
-    elif kind == "actor_crash":
-        print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")
-    elif kind == "env_error":
-        print(
-            f"\ngazelle: actor {event['actor']} env {event['env']} raised and was reset: "
-            f"{event['message']}"
+    if on_progress is not None:
+        on_progress(
+            {
+                "frames": state.frames,
+                "fps": fps,
+                "time": time.monotonic(),
+                "updates": state.updates,
+                "episode_return": logger.recent_return(),
+                **{k: v for k, v in scalars.items() if k.startswith("timing/")},
+            }
         )
 
 
-def _save(run: RunSetup, path: Path, frames: int, updates: int, episodes: int) -> None:
-    checkpoint.save(
-        path,
-        {
-            "agent": run.agent.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "frames": frames,
-            "updates": updates,
-            "episodes": episodes,
-            "rng": checkpoint.rng_state(),
-            "config": run.config.to_dict(),
-            "levels": list(run.levels),
-        },
+def _scores(run: ImpalaRun, logger: RunLogger) -> dict[str, float]:
+    """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
+    every level is in a score table and has returns; {} otherwise."""
+    from gazelle.envs import scores
+
+    returns = {level: list(values) for level, values in logger.level_returns().items()}
+    if len(returns) < len(run.levels) or not all(returns.values()):
+        return {}
+    try:
+        no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
+        cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
+    except (KeyError, ValueError):
+        return {}
+    return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+
+
+def _describe(run: ImpalaRun) -> str:
+    """The first log line: what runs, with every resolved choice a user did not make."""
+    cfg = run.config
+    env = cfg.env
+    atari = ""
+    if run.probe.kind == "atari":
+        atari = f" sticky_actions={env.sticky_actions} life_loss={env.life_loss}"
+    return (
+        f"gazelle: impala on {env.id}{atari}: model={cfg.model.torso} "
+        f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
+        f"inference={cfg.actors.inference} device={run.device} B={run.batch_size} "
+        f"T={run.unroll_length} optimizer={cfg.impala.optimizer} lr={run.learning_rate:g} "
+        f"eps={cfg.impala.epsilon:g} entropy={cfg.impala.entropy_cost:g} "
+        f"preset={cfg.impala.preset} total_frames={run.total_frames:,}"
     )
-
-
-def _restore(run: RunSetup, state: dict[str, Any]) -> tuple[int, int, int]:
-    saved = state.get("config", {})
-    for key in ("env", "model", "use_lstm"):
-        if key in saved and saved[key] != getattr(run.config, key):
-            raise ValueError(
-                f"--{key.replace('_', '-')}: the checkpoint in {run.config.logdir} was trained "
-                f"with {saved[key]!r}, not {getattr(run.config, key)!r}; use another --logdir "
-                "or pass --no-resume"
-            )
-    run.agent.load_state_dict(state["agent"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    checkpoint.set_rng_state(state["rng"])
-    return int(state["frames"]), int(state["updates"]), int(state.get("episodes", 0))
-
-
-def _write_config(logdir: Path, cfg: Any) -> None:
-    import json
-
-    (logdir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")

@@ -31,15 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from gazelle.models.instruction import MAX_TOKENS
 from gazelle.types import ObsSpec
 
 FREE, WRITING, READY = 0, 1, 2
 
 
 #: Per-unroll fields of a gathered batch (`[B, ...]`, no time axis).
-META_FIELDS = ("policy_version", "level_id", "actor_id", "actor_timing")
-#: Columns of `actor_timing`: seconds per env step of the unroll spent in each stage.
-ACTOR_STAGES = ("inference", "env", "write")
+META_FIELDS = ("policy_version", "level_id", "actor_id")
 
 
 def is_state(name: str) -> bool:
@@ -57,9 +56,6 @@ STEP_FIELDS: dict[str, torch.dtype] = {
     "reward": torch.float32,
     "terminated": torch.bool,
     "truncated": torch.bool,
-    "game_over": torch.bool,
-    "episode_return": torch.float32,
-    "episode_length": torch.int64,
     "truncation_value": torch.float32,
     "action": torch.int64,
     "baseline": torch.float32,
@@ -73,7 +69,7 @@ class SlotLayout:
     unroll_length: int
     obs_spec: ObsSpec
     state_size: int  # LSTM hidden size; 0 for a feed-forward agent
-    instruction_tokens: int = 32
+    instruction_tokens: int = MAX_TOKENS
 
     def field_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """name -> (shape of one slot, dtype): `[T+1, ...]` per step field, `[H]` for state."""
@@ -113,7 +109,6 @@ class UnrollBuffers:
         self.actor_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.level_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.policy_version = torch.zeros(num_slots, dtype=torch.int64).share_memory_()
-        self.actor_timing = torch.zeros(num_slots, len(ACTOR_STAGES)).share_memory_()
         # why: bounded (every slot appears at most twice: once from its actor, once re-queued
         # by the supervisor), and a queue put/get is a full memory barrier between processes,
         # so the learner sees the slot's data before it sees the index.
@@ -166,11 +161,9 @@ class UnrollBuffers:
         actor_id: int,
         level_id: int,
         version: int,
-        timing: tuple[float, ...] = (0.0, 0.0, 0.0),
     ) -> None:
-        """Publish fully written slots to the learner (`timing`: see ACTOR_STAGES)."""
+        """Publish fully written slots to the learner."""
         for s in slots:
-            self.actor_timing[s] = torch.tensor(timing)
             self.actor_id[s] = actor_id
             self.level_id[s] = level_id
             self.policy_version[s] = version
@@ -234,7 +227,6 @@ class UnrollBuffers:
         batch["policy_version"] = self.policy_version.index_select(0, index)
         batch["level_id"] = self.level_id.index_select(0, index)
         batch["actor_id"] = self.actor_id.index_select(0, index)
-        batch["actor_timing"] = self.actor_timing.index_select(0, index)
         return batch
 
     def release(self, slots: list[int]) -> None:

@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from gazelle.backends.local.params import ParamStore
 from gazelle.models import Agent
-from gazelle.runtime.params import ParamStore
+from gazelle.models.instruction import MAX_TOKENS
+from gazelle.runtime.interfaces import PolicyStopped
 from gazelle.types import INSTRUCTION, ObsSpec
 
 #: Seconds the server waits for a first request before re-checking the stop event.
@@ -56,7 +58,7 @@ class InferenceChannels:
         envs_per_actor: int,
         state_size: int,
         ctx: Any,
-        instruction_tokens: int = 32,
+        instruction_tokens: int = MAX_TOKENS,
     ) -> None:
         n, e = num_actors, envs_per_actor
         self.num_actors, self.envs_per_actor = n, e
@@ -92,6 +94,57 @@ class InferenceChannels:
     @property
     def has_state(self) -> bool:
         return "state_h" in self.request
+
+
+class SharedMemoryInferenceClient:
+    """Actor `actor_id`'s client of the `InferenceServer`: one request in flight through its
+    slot of `channels` (implements `gazelle.runtime.interfaces.InferenceClient`)."""
+
+    def __init__(
+        self,
+        channels: InferenceChannels,
+        actor_id: int,
+        should_stop: Any = lambda: False,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.channels, self.actor_id = channels, actor_id
+        self.should_stop, self.timeout_s = should_stop, timeout_s
+        # why: continue the slot's sequence numbers, so a response to a request of a dead
+        # predecessor in this slot is never mistaken for one of ours.
+        self.seq = int(channels.request_seq[actor_id])
+
+    @property
+    def state_size(self) -> int:
+        channels = self.channels
+        return int(channels.request["state_h"].shape[-1]) if channels.has_state else 0
+
+    def infer(
+        self, inputs: dict[str, torch.Tensor], count: int
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        channels, actor = self.channels, self.actor_id
+        for name, value in inputs.items():
+            channels.request[name][actor, :count] = value
+        channels.count[actor] = count
+        self.seq += 1
+        # why: the sequence number is written after the rows and before the signal, so the
+        # server never serves rows older than the number it answers with.
+        channels.request_seq[actor] = self.seq
+        channels.wake.release()
+        deadline = time.monotonic() + self.timeout_s
+        while int(channels.response_seq[actor]) != self.seq:
+            if self.should_stop():
+                raise PolicyStopped
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"actor {actor}: no answer from the inference server in {self.timeout_s:.0f}s"
+                )
+            # why: short waits, so a stop is seen quickly; a stale signal (for a request of
+            # a dead predecessor) just loops once more.
+            channels.ready[actor].acquire(timeout=0.1)
+        names = ["action", "policy_logits", "baseline"]
+        names += ["state_h", "state_c"] if channels.has_state else []
+        response = {name: channels.response[name][actor, :count].clone() for name in names}
+        return response, int(channels.version[actor])
 
 
 class InferenceServer:

@@ -1,47 +1,67 @@
-"""One env of a batch (`EnvSlot`) and the worker process loop of `VectorEnv`.
+"""One env of a `SerialEnvs` batch (`EnvSlot`) and the batch's arrays (`BatchArrays`).
 
-`EnvSlot` holds the per-env logic shared by `SerialEnvs` (in process) and the workers:
-step, auto-reset, episode totals, error recovery, writing row `i` of the batch arrays.
-
-Worker protocol (all messages small; observations go through shared memory):
-
-1. worker -> parent: ``("spaces", [(observation_space, action_space), ...])`` once its envs
-   are built, or ``("fatal", text)``.
-2. parent -> worker: ``("attach", shm_name, num_envs, frame_shape, frame_dtype,
-   has_instruction)``; worker -> parent: ``("ready", None)``.
-3. parent -> worker: one command byte per call, ``b"s"`` step (actions already in shared
-   memory), ``b"r"`` reset, ``b"c"`` close. Reply to step/reset: ``("ok", report)`` where
-   report is None or ``(errors, instructions, final_instructions)``, or ``("fatal", text)``.
-
-This module imports no torch: spawned workers import it.
+`EnvSlot` holds the per-env logic: step, auto-reset, episode totals, error recovery, and
+writing row `i` of the batch arrays, which `SerialEnvs` (`gazelle.envs.batch`) hands out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import signal
-import traceback
-from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from gazelle.envs._vector_buffers import BatchArrays, Segment, batch_arrays
+from gazelle.types import FRAME, INSTRUCTION
 
 log = logging.getLogger(__name__)
 
-FRAME = "frame"
-INSTRUCTION = "instruction"
 
-CMD_STEP = b"s"
-CMD_RESET = b"r"
-CMD_CLOSE = b"c"
+@dataclass
+class BatchArrays:
+    """The arrays of a batch of `N` envs; row `i` belongs to env `i`.
 
-#: What a worker reports after a step or reset: (errors, instructions, final instructions).
-Report = tuple[list[tuple[int, str]], dict[int, str], dict[int, str]]
+    Attributes:
+        action: int64 `[N]`, written by the batch before a step.
+        reward: float32 `[N]`.
+        terminated, truncated, game_over: bool `[N]`.
+        episode_return: float32 `[N]`, game total so far (see `gazelle.envs.batch`).
+        episode_length: int64 `[N]`.
+        frame: `[N, *frame_shape]`, the current observation of each env.
+        final_frame: `[N, *frame_shape]`, the last observation of an episode that ended at
+            this step (meaningful only in the rows of envs that ended).
+    """
+
+    action: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    game_over: np.ndarray
+    episode_return: np.ndarray
+    episode_length: np.ndarray
+    frame: np.ndarray
+    final_frame: np.ndarray
+
+    @classmethod
+    def zeros(
+        cls, num_envs: int, frame_shape: tuple[int, ...], frame_dtype: np.dtype
+    ) -> BatchArrays:
+        """Zeroed arrays for `num_envs` envs whose frames are `frame_shape` of `frame_dtype`."""
+        n, frames = num_envs, (num_envs, *frame_shape)
+        return cls(
+            action=np.zeros(n, np.int64),
+            reward=np.zeros(n, np.float32),
+            terminated=np.zeros(n, np.bool_),
+            truncated=np.zeros(n, np.bool_),
+            game_over=np.zeros(n, np.bool_),
+            episode_return=np.zeros(n, np.float32),
+            episode_length=np.zeros(n, np.int64),
+            frame=np.zeros(frames, frame_dtype),
+            final_frame=np.zeros(frames, frame_dtype),
+        )
 
 
 def split_obs(obs: Any) -> tuple[np.ndarray, str]:
@@ -170,93 +190,3 @@ class EnvSlot:
             self.env.close()
         except Exception as exc:
             log.warning("env %d: close raised %r", self.index, exc)
-
-
-def worker_main(
-    conn: Connection,
-    indices: Sequence[int],
-    env_fns: Sequence[Callable[[], gym.Env]],
-    seeds: Sequence[int | None],
-) -> None:
-    """Entry point of a worker process that owns the envs `indices` of a batch."""
-    # why: Ctrl-C reaches the whole process group; the parent alone decides to shut down,
-    # and does so through the pipe (or dies, which closes it).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    envs: list[gym.Env] = []
-    slots: list[EnvSlot] = []
-    segment: Segment | None = None
-    arrays: BatchArrays | None = None
-    parent_gone = False
-    try:
-        try:
-            envs = [fn() for fn in env_fns]
-        except Exception:
-            conn.send(("fatal", traceback.format_exc()))
-            return
-        conn.send(("spaces", [(env.observation_space, env.action_space) for env in envs]))
-        _, shm_name, num_envs, frame_shape, frame_dtype, has_instruction = conn.recv()
-        segment = Segment(name=shm_name, create=False)
-        arrays = batch_arrays(num_envs, frame_shape, frame_dtype, segment.buf)
-        slots = [
-            EnvSlot(i, env, fn, seed, arrays)
-            for i, env, fn, seed in zip(indices, envs, env_fns, seeds)
-        ]
-        conn.send(("ready", None))
-        _serve(conn, slots, has_instruction)
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        # why: the pipe closes only when the parent process is gone (a normal shutdown
-        # sends CMD_CLOSE first): exit, and remove the segment it can no longer remove.
-        parent_gone = True
-    finally:
-        for slot in slots:
-            slot.close()
-        if not slots:
-            for env in envs:
-                with contextlib.suppress(Exception):
-                    env.close()
-        if segment is not None:
-            if parent_gone:
-                with contextlib.suppress(FileNotFoundError):
-                    segment.unlink()
-            slots.clear()
-            arrays = None
-            segment.close()
-
-
-def _serve(conn: Connection, slots: list[EnvSlot], has_instruction: bool) -> None:
-    """Answer step/reset commands until CMD_CLOSE."""
-    sent_instruction: dict[int, str] = {}
-    while True:
-        # why: blocks without timeout on purpose: parent death closes the pipe (EOFError).
-        cmd = conn.recv_bytes()
-        if cmd == CMD_CLOSE:
-            return
-        errors: list[tuple[int, str]] = []
-        final_instructions: dict[int, str] = {}
-        try:
-            if cmd == CMD_STEP:
-                for slot in slots:
-                    error = slot.step()
-                    if error is not None:
-                        errors.append((slot.index, error))
-                    if has_instruction and slot.ended:
-                        final_instructions[slot.index] = slot.final_instruction
-            elif cmd == CMD_RESET:
-                sent_instruction.clear()
-                for slot in slots:
-                    slot.reset()
-            else:
-                raise ValueError(f"unknown command {cmd!r}")
-        except Exception:
-            conn.send(("fatal", traceback.format_exc()))
-            return
-        changed: dict[int, str] = {}
-        if has_instruction:
-            for slot in slots:
-                if sent_instruction.get(slot.index) != slot.instruction:
-                    changed[slot.index] = sent_instruction[slot.index] = slot.instruction
-        # why: the common step (no error, no new instruction) sends a bare None.
-        if errors or changed or final_instructions:
-            conn.send(("ok", (errors, changed, final_instructions)))
-        else:
-            conn.send(("ok", None))

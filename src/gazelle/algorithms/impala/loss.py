@@ -1,0 +1,76 @@
+"""IMPALA's loss on one batch of unrolls: V-trace targets, then the actor-critic terms (the
+seed's `build_learner`). The maths is in `gazelle.losses`; this module pairs the batch's
+fields as the seed does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gazelle.losses import actor_critic, vtrace
+from gazelle.types import INSTRUCTION
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss hyperparameters of one run (see `gazelle.config.ImpalaConfig`)."""
+
+    discounting: float
+    baseline_cost: float
+    entropy_cost: float
+    reward_clipping: str
+
+
+def impala_loss(
+    agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The V-trace actor-critic loss of a `[T+1, B]` batch of unrolls (summed, as the seed).
+
+    Args:
+        agent: `gazelle.models.Agent` (its `unroll` gives logits and baselines `[T+1, B]`).
+        batch: the unroll fields (`frame`, `action`, `reward`, `terminated`, `truncated`,
+            `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
+            `[B, H]` with a core), time-major.
+        settings: discount, loss weights and reward clipping.
+    """
+    obs = {"frame": batch["frame"]}
+    if INSTRUCTION in batch:
+        obs[INSTRUCTION] = batch[INSTRUCTION]
+    done = batch["terminated"] | batch["truncated"]
+    state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
+    learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)
+    logits = learner_out.policy_logits.float()
+    baseline = learner_out.baseline.float()
+
+    # why: the env outputs at t are the inputs that led to the learner outputs at t. After
+    # the shift by one, the behaviour action/logits at t are what led to the env output
+    # (reward, end of episode) at t+1, and the learner's value at t is V(x_t).
+    bootstrap_value = baseline[-1]
+    actions = batch["action"][1:]
+    behaviour_logits = batch["policy_logits"][1:]
+    rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
+    terminated, truncated = batch["terminated"][1:], batch["truncated"][1:]
+    # A cut episode is bootstrapped from V(its last obs), computed by the actor when the cut
+    # happened; a terminated one is not. Neither carries value across the episode boundary.
+    rewards = rewards + settings.discounting * truncated.float() * batch["truncation_value"][1:]
+    discounts = (~(terminated | truncated)).float() * settings.discounting
+
+    vtrace_returns = vtrace.from_logits(
+        behaviour_policy_logits=behaviour_logits,
+        target_policy_logits=logits[:-1],
+        actions=actions,
+        discounts=discounts,
+        rewards=rewards,
+        values=baseline[:-1],
+        bootstrap_value=bootstrap_value,
+    )
+    return actor_critic.impala_loss(
+        target_logits=logits[:-1],
+        actions=actions,
+        vtrace_returns=vtrace_returns,
+        values=baseline[:-1],
+        baseline_cost=settings.baseline_cost,
+        entropy_cost=settings.entropy_cost,
+    )

@@ -1,0 +1,119 @@
+"""What every algorithm's loop shares around its run: the result, checkpoints written and
+restored exactly, the config saved next to them, and signals turned into a clean stop."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gazelle import checkpoint
+from gazelle.config import Config
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CONFIG_FILE = "config.json"
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a finished (or interrupted) run reached."""
+
+    frames: int
+    updates: int
+    episodes: int
+    recent_return: float | None
+    level_returns: dict[str, float | None]
+    fps: float
+    logdir: Path
+    interrupted: bool = False
+    actor_restarts: int = 0
+    dropped_unrolls: int = 0
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGINT raise KeyboardInterrupt inside, so a `finally` saves the
+    checkpoint; the previous handlers come back on exit."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # why: SIGINT too, because a run started in the background by a non-interactive shell
+    # (nohup, `cmd &` in a script) inherits SIGINT as ignored, and `kill -INT` would do nothing.
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def save(
+    path: Path,
+    config: Config,
+    agent: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    frames: int,
+    updates: int,
+    episodes: int,
+    levels: list[str],
+) -> None:
+    """An atomic checkpoint with everything an exact resume needs."""
+    checkpoint.save(
+        path,
+        {
+            "agent": agent.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "frames": frames,
+            "updates": updates,
+            "episodes": episodes,
+            "rng": checkpoint.rng_state(),
+            "config": config.to_dict(),
+            "levels": list(levels),
+        },
+    )
+
+
+def restore(
+    path: Path,
+    config: Config,
+    agent: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+) -> dict[str, int]:
+    """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters.
+
+    Raises ValueError naming the flag when the checkpoint was trained with another env,
+    torso, core or algorithm (a checkpoint of gazelle 0.1, saved before the config had
+    sections, is read too).
+    """
+    state = checkpoint.load(path, map_location=device)
+    saved = Config.from_dict(state.get("config") or {})
+    for name in ("algo", "env", "model", "use_lstm"):
+        if saved.get(name) != config.get(name):
+            raise ValueError(
+                f"--{name.replace('_', '-')}: the checkpoint in {config.run.logdir} was trained "
+                f"with {saved.get(name)!r}, not {config.get(name)!r}; use another --logdir or "
+                "pass --no-resume"
+            )
+    agent.load_state_dict(state["agent"])
+    optimizer.load_state_dict(state["optimizer"])
+    checkpoint.set_rng_state(state["rng"])
+    return {
+        "frames": int(state["frames"]),
+        "updates": int(state["updates"]),
+        "episodes": int(state.get("episodes", 0)),
+    }
+
+
+def write_config(logdir: Path, config: Config) -> None:
+    """The resolved config, nested by section, as `<logdir>/config.json`."""
+    (logdir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")

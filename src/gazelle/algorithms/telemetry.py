@@ -1,0 +1,73 @@
+"""The actors' telemetry, apart from the data: what `Fleet.poll()` returns goes to the logs.
+
+Actors report one "unroll" event per unroll (episodes that ended, seconds per step in each
+stage, action counts) and fault events (restarts, crashes, env errors). `Telemetry` turns
+them into logged episodes, `timing/actor_*` means and the action histogram, and prints the
+faults; none of it depends on what happened to the unroll itself (used, dropped as stale).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gazelle.logging import RunLogger, Timings
+from gazelle.runtime.interfaces import ACTOR_STAGES
+
+
+class Telemetry:
+    """Consumes fleet events for one run (`levels`: level names by level id)."""
+
+    def __init__(self, logger: RunLogger, timings: Timings, levels: list[str], frame_scale: int):
+        """`frame_scale`: env frames per agent step (episode lengths come in agent steps)."""
+        self.logger, self.timings, self.levels = logger, timings, levels
+        self.frame_scale = frame_scale
+        self.episodes = 0
+        self.action_counts: np.ndarray | None = None
+        self.restarts = 0
+
+    def consume(self, events: list[dict[str, Any]], frames: int) -> None:
+        """Log each event at the learner's current `frames`."""
+        for event in events:
+            kind = event.get("type")
+            if kind == "unroll":
+                self._unroll(event, frames)
+            else:
+                self._fault(event)
+
+    def _unroll(self, event: dict[str, Any], frames: int) -> None:
+        level = self.levels[int(event["level_id"])]
+        for episode_return, length in event["episodes"]:
+            self.logger.episode(
+                level, float(episode_return), int(length) * self.frame_scale, frames
+            )
+            self.episodes += 1
+        for stage, seconds in zip(ACTOR_STAGES, event["timing"]):
+            self.timings.add(f"actor_{stage}_per_step", seconds)
+        counts = np.asarray(event["action_counts"], dtype=np.int64)
+        if self.action_counts is None or len(self.action_counts) != len(counts):
+            self.action_counts = counts
+        else:
+            self.action_counts += counts
+
+    def take_action_counts(self) -> np.ndarray | None:
+        """Actions taken since the last call, by index (None if none were reported)."""
+        counts, self.action_counts = self.action_counts, None
+        return counts
+
+    def _fault(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "actor_restart":
+            self.restarts += 1
+            print(
+                f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
+                f"restarted, {event['dropped_slots']} half-written unroll(s) dropped"
+            )
+        elif kind == "actor_crash":
+            print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")
+        elif kind == "env_error":
+            print(
+                f"\ngazelle: actor {event['actor']} env {event['env']} raised and was reset: "
+                f"{event['message']}"
+            )

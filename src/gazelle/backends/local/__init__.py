@@ -1,0 +1,59 @@
+"""The local backend: actor processes on this machine, unrolls in shared-memory slots (only
+slot indices travel through a queue), weights in one shared flat tensor, and optionally the
+central inference server as a thread of the learner's process."""
+
+from __future__ import annotations
+
+import copy
+
+import torch.multiprocessing as mp
+
+from gazelle.backends import BackendRequest, Transport
+from gazelle.backends.local.buffers import SlotLayout, UnrollBuffers
+from gazelle.backends.local.fleet import LocalFleet
+from gazelle.backends.local.inference import InferenceChannels, InferenceServer
+from gazelle.backends.local.params import ParamStore
+from gazelle.models import state_size
+
+__all__ = ["LocalFleet", "ParamStore", "SlotLayout", "UnrollBuffers", "build"]
+
+
+def build(request: BackendRequest) -> Transport:
+    """Shared buffers and weights, and the (not yet started) fleet of actor processes."""
+    first = request.actors[0]
+    ctx = mp.get_context("spawn")
+    layout = SlotLayout(first.unroll_length, first.obs_spec, state_size(first.use_lstm))
+    buffers = UnrollBuffers(layout, len(request.actors), request.slots_per_actor, ctx)
+    if buffers.num_slots < request.batch_size:
+        raise ValueError(
+            f"--batch-size: {request.batch_size} unrolls per batch, but the actors hold only "
+            f"{buffers.num_slots} (num_actors x envs_per_actor x slots_per_env); allowed: at "
+            f"most {buffers.num_slots}, or raise --num-actors / --envs-per-actor"
+        )
+    params = ParamStore(request.agent, ctx)
+    if request.inference != "central":
+        return Transport(buffers, params, LocalFleet(request.actors, buffers, params, ctx))
+    channels = InferenceChannels(
+        first.obs_spec,
+        len(request.actors),
+        first.envs_per_actor,
+        state_size(first.use_lstm),
+        ctx,
+    )
+    stop = ctx.Event()
+    # why: the server gets its own copy of the agent (on the learner's device) and loads
+    # published weights into it between batches; the learner's module changes in place
+    # during an update and must never be read mid-step.
+    server = InferenceServer(
+        channels,
+        copy.deepcopy(request.agent),
+        params,
+        request.device,
+        stop,
+        max_batch=request.inference_max_batch,
+        max_wait_s=request.inference_max_wait_s,
+    )
+    fleet = LocalFleet(
+        request.actors, buffers, params, ctx, channels=channels, server=server, stop_event=stop
+    )
+    return Transport(buffers, params, fleet)

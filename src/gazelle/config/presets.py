@@ -1,0 +1,102 @@
+"""Presets: the values of the fields a user leaves unset, per env family and preset name.
+
+`resolve(config, ...)` fills every `None` field of a `Config` from, in order: what the env id
+itself implies (an Atari id's protocol), the algorithm's preset for the env family, and
+gazelle's machine-dependent rules (torso, actors). The resolved config is what a run saves
+in its logdir, so `config.json` always shows every value that ran.
+
+IMPALA presets (`--preset`):
+
+- `gazelle` (default): values measured to learn fast on the project's machines; every
+  difference from the paper is justified by a run in docs/results.md;
+- `impala-paper`: the IMPALA paper's Atari settings (its Table G.1: RMSProp as in TF with
+  epsilon 0.01, lr 0.0006, entropy 0.01, B=32, T=20) and the IMPALA seed's DMLab defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gazelle.config.core import Config
+
+#: IMPALA presets: preset name -> env family -> flat name -> value.
+IMPALA_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "impala-paper": {
+        "vector": dict(
+            envs_per_actor=8, batch_size=16, unroll_length=20, total_frames=1_000_000,
+            optimizer="rmsprop_tf", learning_rate=0.004, epsilon=0.01, entropy_cost=0.003,
+        ),
+        "atari": dict(
+            envs_per_actor=32, batch_size=32, unroll_length=20, total_frames=50_000_000,
+            optimizer="rmsprop_tf", learning_rate=0.0006, epsilon=0.01, entropy_cost=0.01,
+        ),
+        "dmlab": dict(
+            envs_per_actor=1, batch_size=2, unroll_length=100, total_frames=1_000_000_000,
+            optimizer="rmsprop_tf", learning_rate=0.00048, epsilon=0.1, entropy_cost=0.00025,
+        ),
+        "image": dict(
+            envs_per_actor=8, batch_size=16, unroll_length=20, total_frames=5_000_000,
+            optimizer="rmsprop_tf", learning_rate=0.0006, epsilon=0.01, entropy_cost=0.01,
+        ),
+    },
+}  # fmt: skip
+IMPALA_PRESETS["gazelle"] = {
+    family: dict(values) for family, values in IMPALA_PRESETS["impala-paper"].items()
+}
+PRESET_NAMES = tuple(IMPALA_PRESETS)
+
+
+def env_family(env: str, frame_is_image: bool, env_kind: str | None = None) -> str:
+    """Preset family of an env spec: atari, dmlab, image or vector.
+
+    `env_kind` is what `gazelle.envs.registry.resolve` found (atari, dmlab, minigrid, gym);
+    without it, the spec's prefix decides.
+    """
+    first = env.split(",")[0].strip()
+    if env_kind in ("atari", "dmlab"):
+        return env_kind
+    if first == "dmlab30" or first.startswith("dmlab:"):
+        return "dmlab"
+    if first.startswith("ALE/"):
+        return "atari"
+    return "image" if frame_is_image else "vector"
+
+
+def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
+    """Actors for `--num-actors` left unset: every core but the learner's, at least 2 (so a
+    2-core laptop still overlaps acting with learning) and one per level."""
+    cores = cores or os.cpu_count() or 1
+    return max(2, cores - 1, num_levels)
+
+
+def default_torso(frame_is_image: bool, cuda: bool) -> str:
+    """`--model auto`: mlp for vectors; for images the IMPALA ResNet (deep) on a GPU, the
+    shallow IMPALA torso on a CPU, where the deep one trains ~7x slower (docs/performance.md)."""
+    if not frame_is_image:
+        return "mlp"
+    return "deep" if cuda else "shallow"
+
+
+def resolve(
+    config: Config,
+    frame_is_image: bool,
+    env_kind: str | None = None,
+    env_defaults: dict[str, Any] | None = None,
+    cuda: bool = False,
+) -> Config:
+    """Fill the fields left None (see the module docstring); `cuda`: the learner's device."""
+    family = env_family(config.env.id, frame_is_image, env_kind)
+    defaults: dict[str, Any] = {"sticky_actions": False, "life_loss": False}
+    if config.algo == "impala":
+        preset = config.impala.preset
+        if preset not in IMPALA_PRESETS:
+            from gazelle.config.errors import ConfigError
+
+            raise ConfigError("preset", preset, " | ".join(PRESET_NAMES))
+        defaults.update(IMPALA_PRESETS[preset][family])
+    defaults.update(env_defaults or {})
+    updates = {k: v for k, v in defaults.items() if config.get(k) is None}
+    if config.model.torso == "auto":
+        updates["model"] = default_torso(frame_is_image, cuda)
+    return config.replace(**updates)

@@ -1,0 +1,154 @@
+"""The sections of a run's configuration: typed, frozen, one docstring per field.
+
+A `Config` holds one section per concern (env, model, actors, run) and one per algorithm
+(`impala`; `algo` names the one that runs). Every field is one flag of `gazelle train`,
+named after the field (`--batch-size` for `batch_size`) unless its metadata names the flag
+(`EnvConfig.id` is `--env`, `ModelConfig.torso` is `--model`). Flag names are unique across
+the common sections; algorithm sections may share names (`--learning-rate` sets the
+learning rate of the algorithm that runs).
+
+Fields left `None` are filled by `gazelle.config.resolve` from the env family's preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def flag_field(flag: str, default: object) -> object:
+    """A field whose flag (and flat name) is `flag` instead of the field's own name."""
+    return field(default=default, metadata={"flag": flag})
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """What the agent acts in."""
+
+    id: str = flag_field("env", "CartPole-v1")  # type: ignore[assignment]
+    """Gymnasium id, a comma-separated list (multi-task), or `dmlab30`."""
+    num_action_repeats: int | None = None
+    """Env frames per agent step (Atari frame skip); None: the env family's default."""
+    sticky_actions: bool | None = None
+    """Atari: repeat the previous action with probability 0.25 (revisited ALE protocol);
+    unset: the id's protocol (ALE/*-v5 on, *NoFrameskip-v4 off)."""
+    life_loss: bool | None = None
+    """Atari: a lost life ends the training episode (not the logged game, never in test
+    mode); unset: the id's protocol (*NoFrameskip-v4 on, ALE/*-v5 off)."""
+    full_action_space: bool = False
+    """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
+    when the games' action sets differ)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The agent's network."""
+
+    torso: str = flag_field("model", "auto")  # type: ignore[assignment]
+    """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors; for images
+    deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower there)."""
+    use_lstm: bool = True
+    """LSTM core (256) after the torso; off gives a feed-forward agent."""
+    use_instruction: bool = True
+    """Feed the env's instruction text to the language encoder (off: ablation)."""
+    init: str = "seed"
+    """Initial weights: seed (the IMPALA seed's Sonnet initialisation: truncated normal
+    1/sqrt(fan_in), zero biases, LSTM forget bias 1) or torch (torch's defaults)."""
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """Where and how the actors run."""
+
+    backend: str = "local"
+    """Where actors run: local (processes on this machine, shared memory)."""
+    num_actors: int | None = None
+    """Actor processes; None: the machine's cores minus one for the learner (at least 2, and
+    at least one per level of a multi-task --env)."""
+    envs_per_actor: int | None = None
+    """Envs each actor steps, with their inference batched."""
+    inference: str = "auto"
+    """local: each actor runs its own agent copy, batched over its envs (CPU); central: one
+    server on the learner's device batches all actors' requests (the seed's dynamic
+    batching); auto: central when the learner runs on CUDA, else local."""
+    inference_max_wait_ms: float = 2.0
+    """Central inference: how long the server keeps collecting requests after the first one
+    of a batch (ms)."""
+    inference_max_batch: int | None = None
+    """Central inference: most envs per batch (at least --envs-per-actor); None: all actors'
+    envs."""
+    slots_per_env: int = 2
+    """Unroll slots per env in shared memory: more buffering, more policy lag."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Budget, devices, logs and checkpoints of one run."""
+
+    logdir: str = "runs/default"
+    """Where checkpoints, TensorBoard events and progress.jsonl go."""
+    seed: int = 1
+    """Seed of the learner; actor i seeds its envs from seed and i."""
+    total_frames: int | None = None
+    """Env frames to train for (agent steps x action repeats)."""
+    max_seconds: float | None = None
+    """Also stop after this many seconds of training (fixed-time runs, benchmarks)."""
+    device: str = "auto"
+    """Learner device: auto (cuda if present), cpu, cuda, cuda:N."""
+    precision: str = "fp32"
+    """Learner precision: fp32 or bf16 (autocast)."""
+    learner_threads: int | None = None
+    """Torch threads of the learner on CPU; None: the cores the actors leave (at least 1)."""
+    resume: bool = True
+    """Continue from logdir's checkpoint when it exists (with the same config)."""
+    checkpoint_interval_s: float = 600.0
+    """Seconds between checkpoints (the seed: 600)."""
+    log_interval_s: float = 5.0
+    """Seconds between progress rows and TensorBoard scalars."""
+
+
+@dataclass(frozen=True)
+class ImpalaConfig:
+    """IMPALA's learner: V-trace actor-critic (the IMPALA seed's `build_learner`)."""
+
+    preset: str = "gazelle"
+    """Where unset values come from: gazelle (defaults measured to learn fast, see
+    docs/results.md) or impala-paper (the IMPALA paper's Atari settings and the seed's DMLab
+    defaults, exactly)."""
+    batch_size: int | None = None
+    """Unrolls per learner batch (seed: 2 on DMLab)."""
+    unroll_length: int | None = None
+    """Agent steps per unroll, T (seed: 100)."""
+    learning_rate: float | None = None
+    """Initial learning rate, decayed linearly to 0 over total_frames (seed: 0.00048)."""
+    optimizer: str | None = None
+    """rmsprop_tf: TensorFlow's RMSProp as in the seed (eps inside the sqrt); rmsprop:
+    torch's; adam: torch's Adam."""
+    decay: float = 0.99
+    """RMSProp decay (seed: 0.99)."""
+    momentum: float = 0.0
+    """RMSProp momentum (seed: 0)."""
+    epsilon: float | None = None
+    """Optimiser epsilon (seed: 0.1 with rmsprop_tf)."""
+    entropy_cost: float | None = None
+    """Weight of the entropy term (seed: 0.00025)."""
+    baseline_cost: float = 0.5
+    """Weight of the baseline loss (seed: 0.5)."""
+    discounting: float = 0.99
+    """Discount factor gamma (seed: 0.99)."""
+    reward_clipping: str = "abs_one"
+    """abs_one | soft_asymmetric | none (seed: abs_one)."""
+    grad_norm_clip: float | None = 40.0
+    """Clip the global gradient norm; None for no clipping (the seed does not clip)."""
+    max_policy_lag: int | None = None
+    """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
+
+
+#: The common sections of `Config`, by attribute name.
+COMMON_SECTIONS: dict[str, type] = {
+    "env": EnvConfig,
+    "model": ModelConfig,
+    "actors": ActorConfig,
+    "run": RunConfig,
+}
+#: One section per algorithm, by `--algo` name.
+ALGORITHM_SECTIONS: dict[str, type] = {"impala": ImpalaConfig}

@@ -1,0 +1,102 @@
+"""`validate(config)`: every field checked once, at the edge; the first bad one raises
+`ConfigError` naming its flag, the value and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gazelle.config.core import Config
+from gazelle.config.errors import ConfigError
+
+TORSO_CHOICES = ("auto", "deep", "shallow", "nature", "universe", "mlp")
+REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
+PRECISION_CHOICES = ("fp32", "bf16")
+INFERENCE_CHOICES = ("auto", "local", "central")
+OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
+BACKEND_CHOICES = ("local",)
+
+
+class _Checks:
+    """The checks, reading values by flat name from one config."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def value(self, name: str) -> Any:
+        return self.config.get(name)
+
+    def choice(self, name: str, allowed: tuple[str, ...], allow_none: bool = False) -> None:
+        value = self.value(name)
+        if not (value is None and allow_none) and value not in allowed:
+            raise ConfigError(name, value, " | ".join(allowed))
+
+    def positive(self, name: str, integer: bool = True, allow_none: bool = False) -> None:
+        value = self.value(name)
+        if value is None and allow_none:
+            return
+        kind = int if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+            raise ConfigError(name, value, "a positive " + ("integer" if integer else "number"))
+
+    def in_range(self, name: str, low: float, high: float, allow_none: bool = False) -> None:
+        value = self.value(name)
+        if value is None and allow_none:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(name, value, f"a number in [{low}, {high}]")
+        if not low <= value <= high:
+            raise ConfigError(name, value, f"a number in [{low}, {high}]")
+
+
+def validate(config: Config) -> Config:
+    """Check every field of the common sections and of the algorithm that runs; returns
+    `config` unchanged."""
+    check = _Checks(config)
+    env = config.env.id
+    if not isinstance(env, str) or not env.strip():
+        raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")
+    check.choice("model", TORSO_CHOICES)
+    check.choice("init", ("seed", "torch"))
+    check.choice("precision", PRECISION_CHOICES)
+    check.choice("inference", INFERENCE_CHOICES)
+    check.choice("backend", BACKEND_CHOICES)
+    check.positive("slots_per_env")
+    for name in ("num_actors", "num_action_repeats", "envs_per_actor", "learner_threads"):
+        check.positive(name, allow_none=True)
+    check.positive("total_frames", allow_none=True)
+    check.positive("checkpoint_interval_s", integer=False)
+    check.positive("max_seconds", integer=False, allow_none=True)
+    check.positive("log_interval_s", integer=False)
+    check.in_range("inference_max_wait_ms", 0.0, 10_000.0)
+    check.positive("inference_max_batch", allow_none=True)
+    max_batch, envs = config.actors.inference_max_batch, config.actors.envs_per_actor
+    if max_batch is not None and envs is not None and max_batch < envs:
+        raise ConfigError(
+            "inference_max_batch",
+            max_batch,
+            f"at least --envs-per-actor ({envs}, one actor's request), or unset for all envs",
+        )
+    dev = config.run.device
+    if not isinstance(dev, str) or not (
+        dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")
+    ):
+        raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
+    if config.algo == "impala":
+        _validate_impala(check)
+    return config
+
+
+def _validate_impala(check: _Checks) -> None:
+    from gazelle.config.presets import PRESET_NAMES
+
+    check.choice("preset", PRESET_NAMES)
+    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
+    check.choice("optimizer", OPTIMIZER_CHOICES, allow_none=True)
+    for name in ("batch_size", "unroll_length", "max_policy_lag"):
+        check.positive(name, allow_none=True)
+    for name in ("learning_rate", "epsilon", "grad_norm_clip"):
+        check.positive(name, integer=False, allow_none=True)
+    for name in ("decay", "momentum", "discounting"):
+        check.in_range(name, 0.0, 1.0)
+    check.in_range("baseline_cost", 0.0, 1e6)
+    check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)

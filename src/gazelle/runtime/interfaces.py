@@ -1,0 +1,129 @@
+"""The seams between the runtime and a backend: what actors, policies and loops consume.
+
+A backend (`gazelle.backends.local`: processes and shared memory; others: another transport)
+implements these; the actor, the policies, the learner and the algorithms' loops are typed
+against them only, so a new backend is a new module with no edit to any of those.
+
+    actor --UnrollWriter--> (transport) --BatchSource--> loop -> learner
+    loop --ParamPublisher--> (transport) --ParamSource--> policy (actor)
+    actor --report(event)--> (transport) --Fleet.poll()--> loop -> logger   (telemetry)
+
+Every wait has a timeout, and every queue behind these is bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+#: Stats an actor reports once per unroll (`Fleet.poll`, event type "unroll"): seconds per
+#: env step spent in each stage.
+ACTOR_STAGES = ("inference", "env", "write")
+
+
+class UnrollWriter(Protocol):
+    """Where an actor writes its unrolls: claim one unroll per env, write its `T+1` steps,
+    then commit them all; nothing half-written ever reaches the learner."""
+
+    def acquire(
+        self, actor_id: int, count: int, timeout: float, should_stop: Callable[[], bool]
+    ) -> list[int]:
+        """Claim `count` unroll handles for this actor; [] once `should_stop()`; raises
+        TimeoutError after `timeout` seconds without room."""
+        ...
+
+    def write_step(self, slots: torch.Tensor, t: int, values: dict[str, torch.Tensor]) -> None:
+        """Step `t` of the claimed unrolls: each value `[len(slots), ...]`."""
+        ...
+
+    def write_state(self, slots: torch.Tensor, state: tuple[torch.Tensor, ...]) -> None:
+        """The agent state at the unrolls' start (`()` without one)."""
+        ...
+
+    def commit(
+        self,
+        slots: list[int],
+        actor_id: int,
+        level_id: int,
+        version: int,
+    ) -> None:
+        """Hand the fully written unrolls to the learner's side."""
+        ...
+
+
+class BatchSource(Protocol):
+    """Where the learner's loop gets its time-major batches `[T+1, B, ...]`."""
+
+    def batches(
+        self, batch_size: int, timeout: float, should_stop: Callable[[], bool]
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches of `batch_size` unrolls until `should_stop()`; raises TimeoutError when
+        no unroll came for `timeout` seconds."""
+        ...
+
+
+class ParamPublisher(Protocol):
+    """The learner's side of the weights: publish a new version."""
+
+    def publish(self, module: nn.Module, version: int) -> None: ...
+
+
+class ParamSource(Protocol):
+    """An actor's side of the weights: pull when newer."""
+
+    def current_version(self) -> int: ...
+
+    def pull(self, module: nn.Module, have_version: int) -> int:
+        """Load the weights into `module` if newer than `have_version`; return the version
+        loaded (or `have_version`)."""
+        ...
+
+
+class PolicyStopped(Exception):
+    """The run is stopping while an actor waited for its inference server."""
+
+
+class InferenceClient(Protocol):
+    """An actor's line to a central inference server (one request in flight)."""
+
+    @property
+    def state_size(self) -> int:
+        """Size of each of the agent state tensors `(h, c)`; 0 without a core."""
+        ...
+
+    def infer(
+        self, inputs: dict[str, torch.Tensor], count: int
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        """Agent outputs for `count` envs' inputs (obs fields, `last_action`, `reward`,
+        `done`, and `state_h`/`state_c` with a core): `action`, `policy_logits`, `baseline`
+        (and the new `state_h`/`state_c`), each `[count, ...]`, plus the weights' version.
+        Raises TimeoutError without an answer in time, PolicyStopped when the run stops."""
+        ...
+
+
+class Fleet(Protocol):
+    """The actor processes of a run (and any server they need)."""
+
+    restarts: list[int]
+    dropped_slots: int
+
+    def start(self) -> None: ...
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Replace dead actors; return the events since the last call: telemetry ("unroll":
+        episodes that ended, stage timings, action counts) and faults ("actor_restart",
+        "actor_crash", "env_error")."""
+        ...
+
+    def check(self) -> None:
+        """Raise if a part the run cannot go on without has died (e.g. a server)."""
+        ...
+
+    def stats(self) -> dict[str, float]:
+        """Counters for the logs (e.g. central inference batches and rows)."""
+        ...
+
+    def close(self, timeout: float = 10.0) -> None: ...

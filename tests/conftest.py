@@ -1,0 +1,30 @@
+"""Shared fixtures: the small configs the integration tests train with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gazelle.config import Config
+
+#: A CartPole run that takes seconds: 2 actors x 2 envs, B=4, T=10 (40 agent steps/update).
+SMALL: dict[str, Any] = dict(
+    env="CartPole-v1",
+    num_actors=2,
+    envs_per_actor=2,
+    batch_size=4,
+    unroll_length=10,
+    log_interval_s=0.5,
+    checkpoint_interval_s=1000.0,
+)
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """`small_config(**overrides)`: `SMALL` with a fresh logdir under `tmp_path`."""
+
+    def make(**overrides: Any) -> Config:
+        return Config.of(**{**SMALL, "logdir": str(tmp_path), **overrides})
+
+    return make
