@@ -5,8 +5,10 @@ import os
 import torch
 
 
-def write_slots(buffers, actor_id, value, die_midway):
-    """Claim this actor's slots, fill them with `value`, commit; or die half-way."""
+def write_slots(buffers, writer, actor_id, value, die_midway):
+    """Claim this actor's slots, fill them with `value`, commit through `writer` (its end of
+    the pipe from `open_channel`); or die half-way."""
+    buffers.attach(writer)
     slots = buffers.acquire(actor_id, 2, timeout=10.0, should_stop=lambda: False)
     index = torch.tensor(slots)
     buffers.data["reward"][0, index] = float(value)

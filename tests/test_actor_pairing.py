@@ -37,6 +37,7 @@ def unrolls():
     params.publish(agent, 0)
     layout = SlotLayout(T, spec, 256)
     buffers = UnrollBuffers(layout, num_actors=1, slots_per_actor=2 * ENVS, ctx=ctx)
+    buffers.attach(buffers.open_channel(0))
     actor_spec = ActorSpec(
         actor_id=0,
         level=ENV,

@@ -51,8 +51,10 @@ def test_gather_is_time_major_and_keeps_slot_contents():
 @pytest.mark.slow
 def test_slots_written_by_another_process_reach_the_learner():
     buffers = make_buffers()
-    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, 1, 7, False))
+    writer = buffers.open_channel(1)
+    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, writer, 1, 7, False))
     p.start()
+    writer.close()
     p.join(30)
     assert p.exitcode == 0
     slots = buffers.take(2, timeout=10)
@@ -67,8 +69,10 @@ def test_slots_written_by_another_process_reach_the_learner():
 @pytest.mark.slow
 def test_actor_dying_mid_write_never_hands_its_slot_to_the_learner():
     buffers = make_buffers()
-    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, 0, 5, True))
+    writer = buffers.open_channel(0)
+    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, writer, 0, 5, True))
     p.start()
+    writer.close()
     p.join(30)
     assert p.exitcode == 9
     assert buffers.state[:2].tolist() == [WRITING, WRITING]
@@ -77,27 +81,53 @@ def test_actor_dying_mid_write_never_hands_its_slot_to_the_learner():
     with pytest.raises(TimeoutError):
         buffers.take(1, timeout=0.5)
     # The restarted actor gets the same slots back and its unroll goes through.
-    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, 0, 6, False))
+    writer = buffers.open_channel(0)
+    p = CTX.Process(target=runtime_children.write_slots, args=(buffers, writer, 0, 6, False))
     p.start()
+    writer.close()
     p.join(30)
     slots = buffers.take(2, timeout=10)
     assert torch.all(buffers.gather(slots)["reward"] == 6)
 
 
-def test_duplicate_index_of_a_consumed_slot_is_skipped():
-    buffers = make_buffers()
+def attached(buffers, actor_id=0):
+    buffers.attach(buffers.open_channel(actor_id))
+    return buffers
+
+
+def test_a_dead_actors_ready_slots_reach_the_learner_exactly_once():
+    buffers = attached(make_buffers())
     slots = buffers.acquire(0, 2, timeout=1, should_stop=lambda: False)
-    buffers.commit(slots, 0, 0, 1)
-    assert buffers.release_actor(0) == 0  # re-queues READY slots: duplicates now queued
+    buffers.commit(slots, 0, 0, 1)  # their indices are now in actor 0's pipe
+    # the actor dies: its pipe is closed with the indices in it, its READY slots re-queued
+    assert buffers.release_actor(0) == 0
     taken = buffers.take(2, timeout=5)
+    assert sorted(taken) == sorted(slots)
     buffers.release(taken)
     with pytest.raises(TimeoutError):
-        buffers.take(1, timeout=1.5)  # the duplicates point at FREE slots: skipped
+        buffers.take(1, timeout=1.5)  # no duplicate anywhere
     assert buffers.state[:2].tolist() == [FREE, FREE]
 
 
-def test_acquire_waits_for_the_learner_and_respects_stop():
+def test_a_slot_no_longer_ready_is_skipped():
+    buffers = attached(make_buffers())
+    slots = buffers.acquire(0, 2, timeout=1, should_stop=lambda: False)
+    buffers.commit(slots, 0, 0, 1)
+    buffers.release([slots[0]])  # e.g. freed by a supervisor after its index was sent
+    assert buffers.take(1, timeout=5) == [slots[1]]
+    with pytest.raises(TimeoutError):
+        buffers.take(1, timeout=1.0)
+
+
+def test_commit_without_a_pipe_is_a_clear_error():
     buffers = make_buffers()
+    slots = buffers.acquire(0, 1, timeout=1, should_stop=lambda: False)
+    with pytest.raises(RuntimeError, match="attach"):
+        buffers.commit(slots, 0, 0, 1)
+
+
+def test_acquire_waits_for_the_learner_and_respects_stop():
+    buffers = attached(make_buffers())
     first = buffers.acquire(0, 2, timeout=1, should_stop=lambda: False)
     assert buffers.state[first].tolist() == [WRITING, WRITING]
     with pytest.raises(TimeoutError):

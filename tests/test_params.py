@@ -51,3 +51,25 @@ def test_child_process_sees_published_weights():
     p.join(10)
     assert version == 9
     assert weights[0] == learner.weight.detach().tolist()
+
+
+def test_a_reader_never_blocks_the_writer_and_never_keeps_a_torn_copy():
+    """The sequence lock: while a publish is under way (odd sequence) a reader waits for it
+    and keeps no copy; the writer waits for nobody."""
+    import threading
+
+    learner, actor = nn.Linear(3, 2), nn.Linear(3, 2)
+    store = ParamStore(learner, CTX)
+    store.publish(learner, 1)
+    store.seq += 1  # as if a publish were half done
+    done = []
+    reader = threading.Thread(target=lambda: done.append(store.pull(actor, 0)))
+    reader.start()
+    reader.join(timeout=0.3)
+    assert reader.is_alive() and not done  # it waits: the copy would be torn
+    with torch.no_grad():
+        learner.weight.fill_(3.0)
+    store.seq -= 1
+    store.publish(learner, 2)  # the writer does not wait for the reader
+    reader.join(timeout=5)
+    assert done == [2] and torch.all(actor.weight == 3.0)

@@ -66,7 +66,11 @@ def save(
     episodes: int,
     levels: list[str],
 ) -> None:
-    """An atomic checkpoint with everything an exact resume needs."""
+    """An atomic checkpoint with everything an exact resume needs; never one of non-finite
+    weights (the previous checkpoint stays, and a line says so)."""
+    if not all(bool(torch.isfinite(p).all()) for p in agent.parameters()):
+        print(f"gazelle: the weights are not finite; {path} keeps the last good checkpoint")
+        return
     checkpoint.save(
         path,
         {

@@ -26,6 +26,8 @@ class Telemetry:
         self.episodes = 0
         self.action_counts: np.ndarray | None = None
         self.restarts = 0
+        self.env_errors = 0
+        self.hung = 0
 
     def consume(self, events: list[dict[str, Any]], frames: int) -> None:
         """Log each event at the learner's current `frames`."""
@@ -58,7 +60,13 @@ class Telemetry:
 
     def _fault(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        if kind == "actor_restart":
+        if kind == "actor_hung":
+            self.hung += 1
+            print(
+                f"\ngazelle: actor {event['actor']} gave no sign of life for "
+                f"{event['silent_s']:.0f} s (--actor-timeout-s): killed; it is replaced"
+            )
+        elif kind == "actor_restart":
             self.restarts += 1
             print(
                 f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
@@ -67,7 +75,9 @@ class Telemetry:
         elif kind == "actor_crash":
             print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")
         elif kind == "env_error":
+            self.env_errors += 1
+            level = event.get("level", "?")
             print(
-                f"\ngazelle: actor {event['actor']} env {event['env']} raised and was reset: "
-                f"{event['message']}"
+                f"\ngazelle: actor {event['actor']} env {event['env']} ({level}) failed and was "
+                f"reset (step not trained on): {event['message']}"
             )

@@ -34,6 +34,7 @@ class BackendRequest:
         inference: local (each actor runs its own agent copy) or central.
         inference_max_batch: central inference: most envs per batch (None: all).
         inference_max_wait_s: central inference: collection window after a first request.
+        actor_timeout_s: an actor silent this long is killed and replaced.
     """
 
     actors: list[ActorSpec]
@@ -44,6 +45,7 @@ class BackendRequest:
     inference: str = "local"
     inference_max_batch: int | None = None
     inference_max_wait_s: float = 0.002
+    actor_timeout_s: float = 120.0
 
 
 @dataclass

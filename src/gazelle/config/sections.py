@@ -78,6 +78,9 @@ class ActorConfig:
     envs."""
     slots_per_env: int = 2
     """Unroll slots per env in shared memory: more buffering, more policy lag."""
+    actor_timeout_s: float = 120.0
+    """An actor with no sign of life (no env step, no wait) for this many seconds is taken
+    to be hung (stopped, or an env that blocks forever): it is killed and replaced."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,12 @@ class RunConfig:
     """Seconds between checkpoints (the seed: 600)."""
     log_interval_s: float = 5.0
     """Seconds between progress rows and TensorBoard scalars."""
+    batch_timeout_s: float = 300.0
+    """The learner's longest wait for a batch: then the run stops, naming each actor's
+    state (a warning with the same list comes at a quarter of it)."""
+    max_nonfinite_updates: int = 10
+    """Stop the run after this many updates in a row with a non-finite loss or gradient
+    (each one is skipped, leaving weights and optimiser state untouched)."""
 
 
 @dataclass(frozen=True)

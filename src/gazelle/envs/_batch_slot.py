@@ -64,6 +64,16 @@ class BatchArrays:
         )
 
 
+def _nonfinite(reward: Any, frame: Any) -> str | None:
+    """What is NaN or infinite in a step's output ("reward nan", "observation"), or None."""
+    if not np.isfinite(reward):
+        return f"reward {float(reward)!r}"
+    array = np.asarray(frame)
+    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+        return "observation"
+    return None
+
+
 def split_obs(obs: Any) -> tuple[np.ndarray, str]:
     """`(frame, instruction)` of an env observation (a Dict obs, or a bare Box array)."""
     if isinstance(obs, dict):
@@ -117,6 +127,11 @@ class EnvSlot:
         try:
             obs, reward, terminated, truncated, info = self.env.step(int(arrays.action[i]))
             frame, instruction = split_obs(obs)
+            bad = _nonfinite(reward, frame)
+            if bad is not None:
+                # why: never trained on: the step is dropped as a failed one (no reward, a
+                # truncation at the last good observation) and the env is reset.
+                return self._fail(f"step {self._length + 1} of the episode: non-finite {bad}")
             ended = bool(terminated or truncated)
             # why: the final observation goes to its own row, so the next episode's first
             # observation can be written to `frame` without losing it.

@@ -91,8 +91,12 @@ class Actor:
         buffers: UnrollWriter,
         policy: Policy,
         report: Callable[[dict[str, Any]], None] = lambda event: None,
+        beat: Callable[[], None] = lambda: None,
     ) -> None:
+        """`report` sends one telemetry or fault event; `beat` tells the backend the actor
+        is alive (called at every step and while it waits), so a hung one can be found."""
         self.spec, self.buffers, self.policy, self.report = spec, buffers, policy, report
+        self.beat = beat
         self.envs = make_env_batch(spec)
         self.encode = ObsEncoder(spec.instruction_tokens, spec.obs_spec.has_instruction)
         self.timing: tuple[float, ...] = (0.0, 0.0, 0.0)
@@ -151,6 +155,7 @@ class Actor:
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
         self.buffers.write_state(slots, self.policy.state)
         for t in range(1, spec.unroll_length + 1):
+            self.beat()
             t0 = clock()
             done = self.last["terminated"] | self.last["truncated"]
             out = self.policy.step(self.obs, self.last["action"], self.last["reward"], done)
@@ -159,7 +164,13 @@ class Actor:
             inference_s, env_s = inference_s + t1 - t0, env_s + clock() - t1
             for index, message in step.errors:
                 self.report(
-                    {"type": "env_error", "actor": spec.actor_id, "env": index, "message": message}
+                    {
+                        "type": "env_error",
+                        "actor": spec.actor_id,
+                        "level": spec.level,
+                        "env": index,
+                        "message": message,
+                    }
                 )
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
             actions += torch.bincount(out.action, minlength=len(actions))
@@ -196,9 +207,15 @@ class Actor:
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         spec = self.spec
+
+        def stopping() -> bool:
+            # why: waiting for a free slot (a slow learner) is not hanging: beat meanwhile.
+            self.beat()
+            return should_stop()
+
         while not should_stop():
             slots = self.buffers.acquire(
-                spec.actor_id, spec.envs_per_actor, spec.slot_timeout_s, should_stop
+                spec.actor_id, spec.envs_per_actor, spec.slot_timeout_s, stopping
             )
             if not slots:
                 return

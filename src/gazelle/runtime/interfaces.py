@@ -113,9 +113,9 @@ class Fleet(Protocol):
     def start(self) -> None: ...
 
     def poll(self) -> list[dict[str, Any]]:
-        """Replace dead actors; return the events since the last call: telemetry ("unroll":
-        episodes that ended, stage timings, action counts) and faults ("actor_restart",
-        "actor_crash", "env_error")."""
+        """Replace dead and hung actors; return the events since the last call: telemetry
+        ("unroll": episodes that ended, stage timings, action counts) and faults
+        ("actor_hung", "actor_restart", "actor_crash", "env_error")."""
         ...
 
     def check(self) -> None:
@@ -124,6 +124,10 @@ class Fleet(Protocol):
 
     def stats(self) -> dict[str, float]:
         """Counters for the logs (e.g. central inference batches and rows)."""
+        ...
+
+    def describe(self) -> str:
+        """Each actor's state, for a message when the learner gets no data."""
         ...
 
     def close(self, timeout: float = 10.0) -> None: ...

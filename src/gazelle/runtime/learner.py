@@ -48,6 +48,8 @@ class Learner:
         self.device = device
         self.precision = precision
         self.layer_stats = LayerStats(agent)
+        self.skipped = 0  # updates skipped for a non-finite loss or gradient, in all
+        self.skipped_in_a_row = 0
 
     def _autocast(self) -> Any:
         if self.precision == "bf16":
@@ -55,21 +57,39 @@ class Learner:
         return contextlib.nullcontext()
 
     def step(self, batch: dict[str, torch.Tensor], learning_rate: float) -> dict[str, Any]:
-        """Train on `batch` (already on the device); returns detached metrics."""
+        """Train on `batch` (already on the device); returns detached metrics.
+
+        A non-finite loss or gradient norm skips the update: weights and optimiser state
+        stay as they were, and the metrics say so (`learner/skipped` 1, with
+        `learner/nonfinite_loss` or `learner/nonfinite_grad`); `skipped_in_a_row` counts.
+        """
         self.agent.train()
         with self._autocast():
             loss, metrics = self.loss_fn(self.agent, batch)
         self.optimizer.zero_grad(set_to_none=True)
+        # why: one host sync per update (a scalar), the price of never applying a NaN step.
+        if not bool(torch.isfinite(loss.detach())):
+            return self._skip(metrics, "learner/nonfinite_loss")
         loss.backward()
-        if self.grad_norm_clip is not None:
-            norm = nn.utils.clip_grad_norm_(self.agent.parameters(), self.grad_norm_clip)
-            metrics["losses/grad_norm"] = norm.detach()
+        clip = self.grad_norm_clip if self.grad_norm_clip is not None else float("inf")
+        norm = nn.utils.clip_grad_norm_(self.agent.parameters(), clip)
+        metrics["losses/grad_norm"] = norm.detach()
+        if not bool(torch.isfinite(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skip(metrics, "learner/nonfinite_grad")
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         self.layer_stats.before_step()
         self.optimizer.step()
         metrics.update(self.layer_stats.after_step())
+        self.skipped_in_a_row = 0
+        metrics["learner/skipped"] = 0.0
         return metrics
+
+    def _skip(self, metrics: dict[str, Any], reason: str) -> dict[str, Any]:
+        self.skipped += 1
+        self.skipped_in_a_row += 1
+        return {**metrics, reason: 1.0, "learner/skipped": 1.0}
 
 
 class Prefetcher:

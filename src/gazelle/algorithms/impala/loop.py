@@ -31,9 +31,7 @@ from gazelle.optim import polynomial_decay
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
 
-BATCH_TIMEOUT_S = 600.0
-
-__all__ = ["BATCH_TIMEOUT_S", "CHECKPOINT_FILE", "TrainResult", "train"]
+__all__ = ["CHECKPOINT_FILE", "NonFiniteError", "TrainResult", "train"]
 
 
 def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
@@ -88,8 +86,11 @@ def train(
     transport = run.transport
     transport.params.publish(run.agent, counters["updates"])
     transport.fleet.start()
+    # why: twice the loop's own limit, so that the loop's message (naming each actor's
+    # state) is what a user sees, not the batch source's bare timeout.
+    timeout = 2 * cfg.run.batch_timeout_s
     prefetcher = Prefetcher(
-        lambda should_stop: transport.batches.batches(run.batch_size, BATCH_TIMEOUT_S, should_stop),
+        lambda should_stop: transport.batches.batches(run.batch_size, timeout, should_stop),
         run.device,
     )
     state = _LoopState(counters["frames"], counters["updates"])
@@ -180,9 +181,12 @@ def _loop(
             continue
         lr = polynomial_decay(run.learning_rate, state.frames, run.total_frames)
         metrics = run.learner.step(kept, lr)
-        state.updates += 1
         state.frames += frames_per_unroll * int(kept["policy_version"].numel())
-        transport.params.publish(run.agent, state.updates)
+        if metrics["learner/skipped"]:
+            _nonfinite(run, state.frames)
+        else:
+            state.updates += 1
+            transport.params.publish(run.agent, state.updates)
         timings.add("learner", time.perf_counter() - t1)
         stall.update(metrics, state.updates)
         state.metrics = {
@@ -192,6 +196,9 @@ def _loop(
             "charts/policy_lag_max": lag.max(),
             "charts/stale_unrolls": state.stale_unrolls,
             "charts/actor_restarts": telemetry.restarts,
+            "charts/skipped_updates": run.learner.skipped,
+            "charts/env_errors": telemetry.env_errors,
+            "charts/actors_hung": telemetry.hung,
             **_inference_metrics(transport.fleet.stats(), inference_seen),
         }
         now = time.monotonic()
@@ -212,18 +219,52 @@ def _loop(
             last_ckpt = now
 
 
+class NonFiniteError(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient."""
+
+
+def _nonfinite(run: ImpalaRun, frames: int) -> None:
+    """Report a skipped update; stop the run after `--max-nonfinite-updates` in a row."""
+    learner, limit = run.learner, run.config.run.max_nonfinite_updates
+    print(
+        f"\ngazelle: warning: non-finite loss or gradient at {frames:,} frames; update "
+        f"skipped ({learner.skipped_in_a_row} in a row, {learner.skipped} in all), weights "
+        "and optimiser state unchanged"
+    )
+    if learner.skipped_in_a_row >= limit:
+        raise NonFiniteError(
+            f"{learner.skipped_in_a_row} updates in a row had a non-finite loss or gradient "
+            f"(--max-nonfinite-updates {limit}); stopping. The checkpoint keeps the last "
+            "good weights; try a lower --learning-rate, --grad-norm-clip, or check the env's "
+            "rewards and observations"
+        )
+
+
 def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tensor]:
-    """The next batch; raises if a part the run needs died, or after BATCH_TIMEOUT_S."""
-    deadline = time.monotonic() + BATCH_TIMEOUT_S
+    """The next batch. Raises if a part the run needs died, or after `--batch-timeout-s`
+    without one (naming each actor's state; a warning with it comes at a quarter)."""
+    timeout = run.config.run.batch_timeout_s
+    start = time.monotonic()
+    warned = False
     while True:
         # why: short waits, so a dead inference server (no more unrolls) fails the run
-        # with its own error instead of a learner timeout ten minutes later.
+        # with its own error instead of a learner timeout much later.
         run.transport.fleet.check()
         try:
-            return prefetcher.get(timeout=max(0.01, min(1.0, deadline - time.monotonic())))
+            return prefetcher.get(timeout=max(0.01, min(1.0, timeout)))
         except queue.Empty:
-            if time.monotonic() >= deadline:
-                raise
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise TimeoutError(
+                    f"the learner got no batch for {waited:.0f} s (--batch-timeout-s); "
+                    f"actors:\n{run.transport.fleet.describe()}"
+                ) from None
+            if not warned and waited >= timeout / 4:
+                warned = True
+                print(
+                    f"\ngazelle: warning: no batch for {waited:.0f} s; actors:\n"
+                    f"{run.transport.fleet.describe()}"
+                )
 
 
 def _inference_metrics(stats: dict[str, float], seen: dict[str, float]) -> dict[str, float]:

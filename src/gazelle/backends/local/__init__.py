@@ -32,7 +32,10 @@ def build(request: BackendRequest) -> Transport:
         )
     params = ParamStore(request.agent, ctx)
     if request.inference != "central":
-        return Transport(buffers, params, LocalFleet(request.actors, buffers, params, ctx))
+        fleet = LocalFleet(
+            request.actors, buffers, params, ctx, actor_timeout_s=request.actor_timeout_s
+        )
+        return Transport(buffers, params, fleet)
     channels = InferenceChannels(
         first.obs_spec,
         len(request.actors),
@@ -54,6 +57,13 @@ def build(request: BackendRequest) -> Transport:
         max_wait_s=request.inference_max_wait_s,
     )
     fleet = LocalFleet(
-        request.actors, buffers, params, ctx, channels=channels, server=server, stop_event=stop
+        request.actors,
+        buffers,
+        params,
+        ctx,
+        channels=channels,
+        server=server,
+        stop_event=stop,
+        actor_timeout_s=request.actor_timeout_s,
     )
     return Transport(buffers, params, fleet)

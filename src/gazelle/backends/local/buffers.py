@@ -1,4 +1,4 @@
-"""Preallocated shared-memory unroll slots; only slot indices travel through a queue.
+"""Preallocated shared-memory unroll slots; only slot indices travel, through a pipe per actor.
 
 One slot holds one env's unroll, `[T+1, ...]` per field, plus the agent state at its start
 and its metadata (actor id, level id, policy version). Storage is time-major,
@@ -14,23 +14,29 @@ Slot life cycle (one int per slot in shared memory):
                       |                                 ^
                       +---- supervisor (actor died) ----+
 
-The learner consumes indices from `ready_queue` and checks the state: an index whose slot is
-not READY (a duplicate re-queued by the supervisor, or a slot freed after a crash) is skipped,
-so a half-written slot is never handed to the learner.
+An actor commits by flipping its slots to READY and sending their indices through its own
+pipe (`gazelle.backends.local.channels`: one writer, atomic messages, no lock a dying actor
+could hold); the learner waits on all actors' pipes. When an actor dies, the supervisor
+frees its WRITING slots, closes its pipe (with whatever indices were in flight) and queues
+its READY slots itself, so each READY slot reaches the learner exactly once, and a
+half-written slot never does. The learner still checks that a slot is READY before taking it.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing import connection
 from typing import Any
 
 import numpy as np
 import torch
 
+from gazelle.backends.local.channels import Sender, receive_all
 from gazelle.models.instruction import MAX_TOKENS
 from gazelle.types import ObsSpec
 
@@ -109,10 +115,42 @@ class UnrollBuffers:
         self.actor_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.level_id = torch.zeros(num_slots, dtype=torch.int32).share_memory_()
         self.policy_version = torch.zeros(num_slots, dtype=torch.int64).share_memory_()
-        # why: bounded (every slot appears at most twice: once from its actor, once re-queued
-        # by the supervisor), and a queue put/get is a full memory barrier between processes,
-        # so the learner sees the slot's data before it sees the index.
-        self.ready_queue = ctx.Queue(maxsize=2 * num_slots)
+        self._ctx = ctx
+        # Learner side (not sent to actors): each actor's pipe, indices queued by the
+        # supervisor, and a lock, since the supervisor (loop thread) and `take` (prefetch
+        # thread) both touch them.
+        self._readers: dict[int, connection.Connection] = {}
+        self._pending: collections.deque[int] = collections.deque()
+        self._lock = threading.Lock()
+        # Actor side: this process's end of its pipe (`attach`).
+        self._sender: Sender | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # why: actors get the shared tensors; pipes are handed to each one explicitly.
+        state = dict(self.__dict__)
+        for name in ("_ctx", "_readers", "_pending", "_lock", "_sender"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._ctx, self._readers, self._sender = None, {}, None
+        self._pending, self._lock = collections.deque(), threading.Lock()
+
+    def open_channel(self, actor_id: int) -> Any:
+        """A new pipe for (a new process of) actor `actor_id`; returns the writer's end to
+        hand to it. The previous pipe of that actor, if any, is closed with its contents."""
+        reader, writer = self._ctx.Pipe(duplex=False)
+        with self._lock:
+            old = self._readers.pop(actor_id, None)
+            self._readers[actor_id] = reader
+        if old is not None:
+            old.close()
+        return writer
+
+    def attach(self, writer: Any) -> None:
+        """In the actor's process: commit through this pipe end (from `open_channel`)."""
+        self._sender = Sender(writer)
 
     def write_step(self, slots: torch.Tensor, t: int, values: dict[str, torch.Tensor]) -> None:
         """Write step `t` of the given slots: each value `[len(slots), ...]`."""
@@ -167,31 +205,58 @@ class UnrollBuffers:
             self.actor_id[s] = actor_id
             self.level_id[s] = level_id
             self.policy_version[s] = version
-            # why: state flips to READY only after every field is written; the queue put
-            # that follows is what the learner waits on.
+            # why: state flips to READY only after every field is written; the pipe write
+            # that follows (a system call: a memory barrier) is what the learner waits on.
             self.state[s] = READY
-            self.ready_queue.put(s)
+        if self._sender is None:
+            raise RuntimeError("UnrollBuffers.commit: no pipe; call attach(open_channel(id))")
+        if not self._sender.send(slots):
+            # why: cannot happen in practice (an actor has at most slots_per_actor READY
+            # slots in flight, a few bytes each), but a lost index must not lose the slot.
+            raise RuntimeError(f"actor {actor_id}: could not hand slots {slots} to the learner")
 
     # ---- supervisor side --------------------------------------------------------------
     def release_actor(self, actor_id: int) -> int:
-        """After actor `actor_id` died: free its half-written slots, re-queue READY ones.
-
-        Returns how many half-written slots were dropped.
-        """
+        """After actor `actor_id` died: free its half-written slots, close its pipe and queue
+        its READY slots for the learner. Returns how many half-written slots were dropped."""
         dropped = 0
-        for s in self.actor_slots(actor_id):
-            state = int(self.state[s])
-            if state == WRITING:
-                self.state[s] = FREE
-                dropped += 1
-            elif state == READY:
-                # why: it may have died between READY and put(); a duplicate is harmless
-                # because the learner skips indices whose slot is no longer READY.
-                with contextlib.suppress(queue.Full):
-                    self.ready_queue.put_nowait(s)
+        with self._lock:
+            reader = self._readers.pop(actor_id, None)
+            if reader is not None:
+                # why: indices still in the pipe are queued below from the slot states, so
+                # the pipe's contents can go: each READY slot is queued exactly once.
+                reader.close()
+            for s in self.actor_slots(actor_id):
+                state = int(self.state[s])
+                if state == WRITING:
+                    self.state[s] = FREE
+                    dropped += 1
+                elif state == READY and s not in self._pending:
+                    self._pending.append(s)
         return dropped
 
     # ---- learner side -----------------------------------------------------------------
+    def _receive(self, wait_s: float) -> None:
+        """Move indices from the actors' pipes into `_pending`, waiting up to `wait_s`."""
+        with self._lock:
+            readers = list(self._readers.items())
+        if not readers:
+            time.sleep(min(wait_s, 0.01))
+            return
+        with contextlib.suppress(OSError, ValueError):  # a pipe closed meanwhile
+            connection.wait([r for _, r in readers], timeout=wait_s)
+        for actor_id, reader in readers:
+            with self._lock:
+                if self._readers.get(actor_id) is not reader:
+                    continue  # replaced or closed by the supervisor meanwhile
+                messages, closed = receive_all(reader)
+                for slots in messages:
+                    self._pending.extend(slots)
+                if closed:
+                    # why: the actor's process ended; its READY slots are queued by
+                    # release_actor when the supervisor notices.
+                    self._readers.pop(actor_id).close()
+
     def take(
         self, count: int, timeout: float, should_stop: Callable[[], bool] = lambda: False
     ) -> list[int]:
@@ -199,22 +264,22 @@ class UnrollBuffers:
         deadline = time.monotonic() + timeout
         taken: list[int] = []
         while len(taken) < count:
+            with self._lock:
+                while self._pending and len(taken) < count:
+                    s = self._pending.popleft()
+                    if int(self.state[s]) == READY and s not in taken:
+                        taken.append(s)
+            if len(taken) == count:
+                break
             remaining = deadline - time.monotonic()
-            if should_stop():
-                for s in taken:
-                    self.ready_queue.put(s)
-                return []
-            if remaining <= 0:
-                # why: give back what we hold so nothing is lost on a retry.
-                for s in taken:
-                    self.ready_queue.put(s)
+            if should_stop() or remaining <= 0:
+                # why: give back what we hold, in order, so nothing is lost on a retry.
+                with self._lock:
+                    self._pending.extendleft(reversed(taken))
+                if should_stop():
+                    return []
                 raise TimeoutError(f"learner: no unroll from any actor in {timeout:.0f}s")
-            try:
-                s = self.ready_queue.get(timeout=min(remaining, 1.0))
-            except queue.Empty:
-                continue
-            if int(self.state[s]) == READY and s not in taken:
-                taken.append(s)
+            self._receive(min(remaining, 0.5))
         return taken
 
     def gather(self, slots: list[int]) -> dict[str, torch.Tensor]:

@@ -13,17 +13,18 @@ device), not a flaky env.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import queue
+import os
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
 from gazelle.backends.local.buffers import UnrollBuffers
+from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits, receive_all
 from gazelle.backends.local.inference import (
     InferenceChannels,
     InferenceServer,
@@ -38,18 +39,39 @@ from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy, PolicySto
 RESTART_SEED_STRIDE = 100_003
 
 
-#: Events an actor may queue before the loop drains them (one per unroll, plus faults);
-#: beyond it, events are dropped rather than block the actor.
-EVENT_QUEUE_SIZE = 10_000
+def event_sender(conn: Any) -> Callable[[dict[str, Any]], None]:
+    """An actor's `report`: sends events through its own pipe without ever blocking (see
+    `gazelle.backends.local.channels`); an unroll event too big for one atomic message goes
+    as several, its episodes split among them; a fault's message is cut to fit."""
+    sender = Sender(conn)
+
+    def report(event: dict[str, Any]) -> None:
+        if fits(event):
+            sender.send(event)
+        elif event.get("type") == "unroll" and len(event["episodes"]) > 1:
+            half = len(event["episodes"]) // 2
+            report({**event, "episodes": event["episodes"][:half]})
+            # why: the timing and counts go once, with the first part.
+            report({**event, "episodes": event["episodes"][half:], "timing": (),
+                    "action_counts": []})  # fmt: skip
+        elif isinstance(event.get("message"), str) and len(event["message"]) > 200:
+            report({**event, "message": "..." + event["message"][-(MAX_MESSAGE // 2) :]})
+        else:
+            sender.send(event)  # counted as dropped if it still does not fit
+
+    return report
 
 
 def make_policy(
-    spec: ActorSpec, params: ParamStore, channels: InferenceChannels | None, stop: Any
+    spec: ActorSpec,
+    params: ParamStore,
+    channels: InferenceChannels | None,
+    should_stop: Callable[[], bool],
 ) -> Policy:
     """A `CentralPolicy` on `channels` when given (central inference), else a `LocalPolicy`."""
     if channels is not None:
         client = SharedMemoryInferenceClient(
-            channels, spec.actor_id, stop.is_set, spec.response_timeout_s
+            channels, spec.actor_id, should_stop, spec.response_timeout_s
         )
         return CentralPolicy(client, spec.envs_per_actor)
     return LocalPolicy(actor_agent(spec), params, spec.envs_per_actor)
@@ -60,25 +82,44 @@ def actor_process(
     buffers: UnrollBuffers,
     params: ParamStore,
     stop: Any,
-    events: Any,
+    slot_writer: Any,
+    event_writer: Any,
     channels: InferenceChannels | None = None,
+    heartbeats: torch.Tensor | None = None,
+    index: int = 0,
 ) -> None:
-    """Entry point of an actor process; `channels`: central inference."""
+    """Entry point of an actor process. `slot_writer` / `event_writer`: this process's ends of
+    its own pipes (committed slots, events); `channels`: central inference;
+    `heartbeats[index]`: where it writes the time of its last sign of life."""
     # why: one torch thread per actor process; two threads per process on a shared core
     # ran 10-250x slower (DESIGN.md measurements).
     torch.set_num_threads(1)
     keep_freed_memory()
     torch.manual_seed(spec.seed)
+    buffers.attach(slot_writer)
+    report = event_sender(event_writer)
+    parent = os.getppid()
 
-    def report(event: dict[str, Any]) -> None:
-        # why: a full event queue must never stop an actor.
-        with contextlib.suppress(Exception):
-            events.put_nowait(event)
+    def should_stop() -> bool:
+        # why: a learner killed with SIGKILL never sets the stop event; an orphan is
+        # re-parented, so a changed parent pid means the run is gone.
+        return stop.is_set() or os.getppid() != parent
+
+    def beat() -> None:
+        if heartbeats is not None:
+            heartbeats[index] = time.monotonic()
 
     actor = None
     try:
-        actor = Actor(spec, buffers, make_policy(spec, params, channels, stop), report)
-        actor.run(stop.is_set)
+
+        def waiting() -> bool:
+            # why: an actor waiting for the inference server is not hung: beat meanwhile.
+            beat()
+            return should_stop()
+
+        policy = make_policy(spec, params, channels, waiting)
+        actor = Actor(spec, buffers, policy, report, beat)
+        actor.run(should_stop)
     except (KeyboardInterrupt, PolicyStopped):
         pass
     except Exception:
@@ -103,21 +144,29 @@ class LocalFleet:
         channels: InferenceChannels | None = None,
         server: InferenceServer | None = None,
         stop_event: Any | None = None,
+        actor_timeout_s: float = 120.0,
     ) -> None:
+        """`actor_timeout_s`: an actor silent (no step, no wait) for this long is taken to
+        be hung (SIGSTOPped, an env that blocks forever): killed and replaced."""
         self.ctx = ctx or mp.get_context("spawn")
         self.specs = list(specs)
         self.buffers, self.params = buffers, params
         self.channels, self.server = channels, server
         # why: one stop event for actors and server (the server is built with it).
         self.stop_event = stop_event if stop_event is not None else self.ctx.Event()
-        # why: bounded; actors drop events rather than block when nobody reads them.
-        self.events = self.ctx.Queue(maxsize=EVENT_QUEUE_SIZE)
+        # why: one pipe per actor process, never shared: see gazelle.backends.local.channels.
+        self.event_readers: list[Any] = [None] * len(self.specs)
         self.processes: list[Any] = [None] * len(self.specs)
         self.restarts = [0] * len(self.specs)
         self.max_restarts = max_restarts
         self.dropped_slots = 0
         self._leftover: list[dict[str, Any]] = []
         self._closed = False
+        self.actor_timeout_s = actor_timeout_s
+        # why: shared, so that actors write their last sign of life where the fleet reads it;
+        # CLOCK_MONOTONIC is one clock for every process of the machine.
+        self.heartbeats = torch.zeros(len(self.specs), dtype=torch.float64).share_memory_()
+        self.hung = [0] * len(self.specs)
 
     def _start(self, index: int) -> None:
         spec = self.specs[index]
@@ -125,13 +174,38 @@ class LocalFleet:
             spec = dataclasses.replace(
                 spec, seed=spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
             )
+        slot_writer = self.buffers.open_channel(spec.actor_id)
+        event_reader, event_writer = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(
             target=actor_process,
-            args=(spec, self.buffers, self.params, self.stop_event, self.events, self.channels),
+            args=(
+                spec,
+                self.buffers,
+                self.params,
+                self.stop_event,
+                slot_writer,
+                event_writer,
+                self.channels,
+                self.heartbeats,
+                index,
+            ),
             name=f"gazelle-actor-{spec.actor_id}",
             daemon=True,
         )
+        # why: the clock starts at the start, so a process that never beats (stuck while
+        # building its envs) is found too.
+        self.heartbeats[index] = time.monotonic()
         process.start()
+        # why: the child has its own copies; closing ours lets a reader see the end of
+        # file when the child dies.
+        slot_writer.close()
+        event_writer.close()
+        old = self.event_readers[index]
+        if old is not None:
+            # why: the predecessor's last whole events (its crash report) still count.
+            self._leftover += receive_all(old)[0]
+            old.close()
+        self.event_readers[index] = event_reader
         self.processes[index] = process
 
     def start(self) -> None:
@@ -161,6 +235,7 @@ class LocalFleet:
         if self.stop_event.is_set():
             return events
         self.check()
+        events += self._kill_hung()
         for index, process in enumerate(self.processes):
             if process is None or process.is_alive():
                 continue
@@ -187,6 +262,41 @@ class LocalFleet:
             self._start(index)
         return events
 
+    def _kill_hung(self) -> list[dict[str, Any]]:
+        """SIGKILL every live actor silent for more than `actor_timeout_s` (it is replaced
+        as a dead one right after); one "actor_hung" event each."""
+        events: list[dict[str, Any]] = []
+        now = time.monotonic()
+        for index, process in enumerate(self.processes):
+            silent = now - float(self.heartbeats[index])
+            if process is None or silent <= self.actor_timeout_s or not process.is_alive():
+                continue
+            # why: SIGKILL ends a stopped (SIGSTOP) process too, and a blocked one.
+            process.kill()
+            process.join(timeout=5.0)
+            self.hung[index] += 1
+            events.append(
+                {"type": "actor_hung", "actor": self.specs[index].actor_id, "silent_s": silent}
+            )
+        return events
+
+    def describe(self) -> str:
+        """One line per actor: alive or dead, seconds since its last sign of life, restarts."""
+        now = time.monotonic()
+        lines = []
+        for index, process in enumerate(self.processes):
+            state = (
+                "not started"
+                if process is None
+                else ("alive" if process.is_alive() else f"dead (exit code {process.exitcode})")
+            )
+            silent = now - float(self.heartbeats[index])
+            lines.append(
+                f"actor {self.specs[index].actor_id}: {state}, last sign of life {silent:.0f} s "
+                f"ago, {self.restarts[index]} restart(s), {self.hung[index]} killed as hung"
+            )
+        return "\n".join(lines)
+
     def alive(self) -> int:
         return sum(1 for p in self.processes if p is not None and p.is_alive())
 
@@ -208,18 +318,19 @@ class LocalFleet:
             # why: after the actors: none is left waiting on it, and it sees the stop event.
             self.server.close(timeout=max(1.0, deadline - time.monotonic()))
         # why: what actors sent before they stopped (finished episodes) is kept for a last
-        # poll; the queue's feeder thread must be drained before the queue can be closed.
+        # poll.
         self._leftover += self._drain()
         self._closed = True
-        self.events.close()
-        self.events.join_thread()
+        for reader in self.event_readers:
+            if reader is not None:
+                reader.close()
 
     def _drain(self) -> list[dict[str, Any]]:
+        """Every whole event waiting in the actors' pipes."""
         events: list[dict[str, Any]] = []
         if self._closed:
             return events
-        while True:
-            try:
-                events.append(self.events.get_nowait())
-            except (queue.Empty, OSError, EOFError, ValueError):
-                return events
+        for reader in self.event_readers:
+            if reader is not None:
+                events += receive_all(reader)[0]
+        return events

@@ -1,0 +1,59 @@
+"""Per layer group gradient RMS and update-to-weight ratio, and the stall warning."""
+
+import pytest
+import torch
+from torch import nn
+
+from gazelle.runtime.layer_stats import LayerStats, StallWatch, parameter_groups
+
+
+class TwoGroups(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.torso = nn.Linear(4, 3)
+        self.policy = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.policy(torch.relu(self.torso(x)))
+
+
+def test_groups_are_the_top_level_children():
+    groups = parameter_groups(TwoGroups())
+    assert sorted(groups) == ["policy", "torso"] and len(groups["torso"]) == 2
+
+
+def test_sgd_step_gives_the_hand_computed_rms_and_ratio():
+    torch.manual_seed(0)
+    model = TwoGroups()
+    stats = LayerStats(model)
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    grads = {
+        g: torch.cat([p.grad.reshape(-1) for p in ps]) for g, ps in parameter_groups(model).items()
+    }
+    weights = {
+        g: torch.cat([p.detach().reshape(-1) for p in ps])
+        for g, ps in parameter_groups(model).items()
+    }
+    lr = 0.1
+    stats.before_step()
+    torch.optim.SGD(model.parameters(), lr=lr).step()
+    metrics = stats.after_step()
+    for group in ("torso", "policy"):
+        rms = grads[group].pow(2).mean().sqrt()
+        ratio = lr * grads[group].norm() / weights[group].norm()
+        assert float(metrics[f"layers/grad_rms/{group}"]) == pytest.approx(float(rms), rel=1e-5)
+        assert float(metrics[f"layers/update_ratio/{group}"]) == pytest.approx(
+            float(ratio), rel=1e-4
+        )
+
+
+def test_stall_watch_warns_once_after_patience_and_again_after_recovery():
+    lines = []
+    watch = StallWatch(threshold=1e-4, patience=3, warn=lines.append)
+    low, high = {"layers/update_ratio/torso": 1e-6}, {"layers/update_ratio/torso": 1e-3}
+    assert [watch.update(low, i) for i in range(5)] == [False, False, True, False, False]
+    assert len(lines) == 1 and "torso" in lines[0] and "not learning" in lines[0]
+    watch.update(high, 5)
+    assert [watch.update(low, 6 + i) for i in range(3)] == [False, False, True]
+    assert len(lines) == 2
+    assert not StallWatch(warn=lines.append).update({}, 0)  # no stats: nothing to say

@@ -1,0 +1,111 @@
+"""Faults that must stop nothing and leave nothing behind, on real processes: a stopped
+(hung) actor is found by its heartbeat, killed and replaced; a learner without data says
+which actors are silent; a trainer killed with SIGKILL leaves no process and no shared-memory
+segment behind."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gazelle.algorithms.impala import train
+
+pytestmark = pytest.mark.slow
+
+
+def actor_pids():
+    return [p.pid for p in multiprocessing.active_children() if p.name.startswith("gazelle-actor-")]
+
+
+def test_a_stopped_actor_is_found_killed_and_replaced(small_config, capsys):
+    stopped = []
+
+    def stop_one(progress):
+        if not stopped:
+            pid = actor_pids()[0]
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+
+    config = small_config(total_frames=12_000, actor_timeout_s=3.0, log_interval_s=0.3)
+    result = train(config, on_progress=stop_one)
+    assert stopped and result.frames >= 12_000
+    assert result.actor_restarts >= 1
+    out = capsys.readouterr().out
+    assert "gave no sign of life for" in out and "killed; it is replaced" in out
+    with pytest.raises(ProcessLookupError):
+        os.kill(stopped[0], 0)  # the stopped process is gone, not left behind
+
+
+def test_a_learner_without_batches_names_the_silent_actors(small_config):
+    def stop_all(progress):
+        for pid in actor_pids():
+            os.kill(pid, signal.SIGSTOP)
+
+    # why: the actors' timeout is longer than the learner's, so the learner reports them.
+    config = small_config(
+        total_frames=10**6, actor_timeout_s=600.0, batch_timeout_s=4.0, log_interval_s=0.3
+    )
+    with pytest.raises(TimeoutError) as err:
+        train(config, on_progress=stop_all)
+    message = str(err.value)
+    assert "no batch for" in message and "--batch-timeout-s" in message
+    assert "actor 0: alive, last sign of life" in message and "actor 1:" in message
+
+
+def shm_entries():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def children_of(pid):
+    """Pids of the processes whose parent is `pid` (the actors and the resource tracker)."""
+    out = subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True, text=True).stdout
+    rows = [line.split() for line in out.splitlines()[1:]]
+    return [int(child) for child, parent in rows if parent == str(pid)]
+
+
+def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
+    before_shm = shm_entries()
+    script = (
+        "from gazelle.algorithms.impala import train\n"
+        "from gazelle.config import Config\n"
+        f"train(Config.of(env='CartPole-v1', num_actors=2, envs_per_actor=2, batch_size=2,"
+        f" unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
+        " log_interval_s=0.2))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    progress = Path(tmp_path) / "progress.jsonl"
+    start = time.monotonic()
+    while not (progress.exists() and progress.read_text().count("\n") >= 2):
+        assert time.monotonic() - start < 120 and proc.poll() is None
+        time.sleep(0.2)
+    children = children_of(proc.pid)
+    assert len(children) >= 2  # the actors (and the resource tracker)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10.0
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [pid for pid in children if _alive(pid)]
+    assert not alive, f"processes outlived the killed trainer: {alive}"
+    leaked = shm_entries() - before_shm
+    deadline = time.monotonic() + 10.0
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leaked = shm_entries() - before_shm
+    assert not leaked, f"shared memory left behind: {sorted(leaked)}"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for this purpose
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
