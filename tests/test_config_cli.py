@@ -19,7 +19,11 @@ def test_defaults_validate_and_resolve_from_presets():
     # the deep ResNet on a GPU, the shallow torso on a CPU (7x faster there)
     assert atari.model.torso == "shallow"
     assert resolve(Config.of(env="ALE/Pong-v5"), True, cuda=True).model.torso == "deep"
-    assert atari.impala.unroll_length == 20 and atari.impala.batch_size == 32
+    # gazelle's Atari preset: what learned Pong here (docs/results.md)
+    assert (atari.impala.unroll_length, atari.impala.batch_size) == (20, 8)
+    assert (atari.impala.optimizer, atari.impala.learning_rate) == ("adam", 0.0006)
+    assert atari.model.use_lstm is False and atari.run.total_frames == 30_000_000
+    assert config.model.use_lstm is True  # vector tasks keep the core
     dmlab = resolve(Config.of(env="dmlab30", preset="impala-paper"), frame_is_image=True)
     # the IMPALA seed's defaults
     assert (dmlab.get("batch_size"), dmlab.get("unroll_length")) == (2, 100)
@@ -37,6 +41,7 @@ def test_impala_paper_preset_is_the_papers_atari_table():
         "entropy_cost": 0.01,
     }
     assert (paper.get("batch_size"), paper.get("unroll_length")) == (32, 20)
+    assert paper.get("use_lstm") is True
     assert (paper.get("decay"), paper.get("grad_norm_clip"), paper.get("baseline_cost")) == (
         0.99,
         40.0,

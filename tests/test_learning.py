@@ -34,14 +34,11 @@ def test_cartpole_reaches_450(tmp_path):
 def test_memory_task_is_solved_with_the_lstm_across_unrolls(tmp_path):
     # Cue at the first step, answer up to 30 steps later: a third of the episodes are longer
     # than the unroll (20), so a mean return >= 0.9 needs the LSTM state carried across
-    # unrolls (those episodes alone would cap a memoryless agent at about 0.67).
-    # why the best row and not the last: 1 run in 4 here solved the task (1.0 from 235K
-    # frames) and then collapsed to chance with a near-deterministic policy (entropy 0.01) at
-    # the vector preset's lr 0.004; the memory is what this test checks, the collapse is a
-    # known, separate issue (docs/results.md).
+    # unrolls (those episodes alone would cap a memoryless agent at about 0.67). The run
+    # must still be solving it at its end: the collapse seen before (solved, then back to
+    # chance) must not come back (docs/results.md).
     result = run(tmp_path, env="gazelle/Memory-v0", unroll_length=20, total_frames=700_000)
-    best = best_return(tmp_path)
-    assert best is not None and best >= 0.9, (best, result)
+    assert result.recent_return is not None and result.recent_return >= 0.9, result
 
 
 def test_memory_task_is_not_solved_without_the_lstm(tmp_path):

@@ -134,9 +134,12 @@ def load(path: str | Path, map_location: str | torch.device | None = "cpu") -> d
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:
+        # why: torch's message runs over many lines (with advice about weights_only); its
+        # first line says what failed, and the error must stay one line.
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise CheckpointError(
             f"cannot load checkpoint {path} (corrupt, truncated, or not a weights-only "
-            f"checkpoint): {type(exc).__name__}: {exc}"
+            f"checkpoint): {type(exc).__name__}: {first}"
         ) from exc
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(state).__name__}, not a dict")

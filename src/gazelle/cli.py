@@ -234,10 +234,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line_errors(parser: argparse.ArgumentParser, command: str, run: Any) -> int:
     """Run a command; a bad flag value (ConfigError, or a ValueError whose message names the
     flag) or a missing file exits 2 with one line instead of a traceback."""
+    from gazelle.checkpoint import CheckpointError, CheckpointNotFoundError
+
     try:
         return int(run())
     except ConfigError as err:
         parser.exit(2, f"gazelle {command}: error: {err}\n")
+    except CheckpointError as err:
+        if isinstance(err, CheckpointNotFoundError):
+            parser.exit(2, f"gazelle {command}: error: {err}\n")
+        hint = "another --logdir or --no-resume" if command == "train" else "another --logdir"
+        parser.exit(
+            2, f"gazelle {command}: error: {err}; allowed: a gazelle checkpoint, or {hint}\n"
+        )
     except (ValueError, FileNotFoundError) as err:
         if isinstance(err, ValueError) and not str(err).startswith("--"):
             raise

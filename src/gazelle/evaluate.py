@@ -116,7 +116,7 @@ def evaluate(
                 spec = obs_spec(env)
                 if not config.model.use_instruction:
                     spec = dataclasses.replace(spec, has_instruction=False)
-                agent = build_agent(spec, config.model.torso, config.model.use_lstm)
+                agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm))
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(agent, env, episodes, greedy, encode, seed + index, recorder)

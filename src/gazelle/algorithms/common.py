@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gazelle.algorithms.preflight import check_logdir, check_torso
 from gazelle.config import (
     Config,
     ConfigError,
@@ -132,6 +133,8 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         cuda=device.type == "cuda",
     )
     validate(config)
+    check_torso(config, found.obs_spec)
+    check_logdir(config)
     if config.actors.num_actors is None:
         config = config.replace(num_actors=default_num_actors(len(found.levels)))
     if config.actors.inference == "auto":

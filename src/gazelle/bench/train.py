@@ -150,7 +150,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--env", default="ALE/Pong-v5")
     parser.add_argument("--model", default="shallow")
-    parser.add_argument("--use-lstm", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--use-lstm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: the env family's preset (off for Atari)",
+    )
     parser.add_argument(
         "--num-actors", type=int, default=None, help="default: the cores but one (at least 2)"
     )

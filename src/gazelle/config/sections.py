@@ -46,8 +46,9 @@ class ModelConfig:
     torso: str = flag_field("model", "auto")  # type: ignore[assignment]
     """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors; for images
     deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower there)."""
-    use_lstm: bool = True
-    """LSTM core (256) after the torso; off gives a feed-forward agent."""
+    use_lstm: bool | None = None
+    """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
+    family's preset (off for Atari, whose 4 stacked frames carry the motion; on elsewhere)."""
     use_instruction: bool = True
     """Feed the env's instruction text to the language encoder (off: ablation)."""
     init: str = "seed"

@@ -100,7 +100,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             unroll_length=impala.unroll_length,
             obs_spec=found.obs_spec,
             torso=config.model.torso,
-            use_lstm=config.model.use_lstm,
+            use_lstm=bool(config.model.use_lstm),
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
         )
@@ -121,6 +121,7 @@ def build(config: Config, loss_fn: LossFn | None = None) -> ImpalaRun:
     keep_freed_memory()  # why: the learner reallocates its big activations every step
     learner_threads(config, device)
     model = config.model
+    assert model.use_lstm is not None  # resolved from the preset
     agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init).to(device)
     learner = make_learner(config, agent, device, loss_fn)
     request = BackendRequest(

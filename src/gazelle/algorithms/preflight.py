@@ -1,0 +1,65 @@
+"""Checks that turn bad input into one line before any process starts: a torso that does not
+fit the observations, a logdir that cannot be written or that holds another run."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from gazelle.config import Config, ConfigError
+from gazelle.types import ObsSpec
+
+#: Settings a run in a logdir must share with the one that wrote its checkpoint.
+RESUME_KEYS = ("algo", "env", "model", "use_lstm")
+
+
+def check_torso(config: Config, spec: ObsSpec) -> None:
+    """The torso must take the env's frames (image torsos images, mlp vectors)."""
+    from gazelle.models.torsos import TORSOS, make_torso
+
+    torso = config.model.torso
+    try:
+        make_torso(torso, tuple(spec.frame_shape))
+    except ValueError as err:
+        fitting = [
+            name for name, cls in TORSOS.items() if cls.is_image == (len(spec.frame_shape) == 3)
+        ]
+        raise ConfigError(
+            "model",
+            torso,
+            f"a torso for {tuple(spec.frame_shape)} frames: {' | '.join(fitting)} ({err})",
+        ) from err
+
+
+def check_logdir(config: Config) -> None:
+    """The logdir can be written, and (when resuming) holds no other run's checkpoint."""
+    logdir = Path(config.run.logdir)
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=logdir, prefix=".gazelle-write-test-"):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            "logdir", str(logdir), f"a directory this user can create and write ({err.strerror})"
+        ) from err
+    saved_path = logdir / "config.json"
+    if not (config.run.resume and (logdir / "checkpoint.pt").exists() and saved_path.exists()):
+        return
+    try:
+        saved = Config.from_dict(json.loads(saved_path.read_text()))
+    except (ValueError, TypeError, ConfigError) as err:
+        raise ConfigError(
+            "logdir",
+            str(logdir),
+            f"a gazelle run's directory ({saved_path} is not a gazelle config: {err}), another "
+            "--logdir, or --no-resume",
+        ) from err
+    for key in RESUME_KEYS:
+        if saved.get(key) is not None and saved.get(key) != config.get(key):
+            raise ConfigError(
+                key,
+                config.get(key),
+                f"{saved.get(key)!r}, as the run in {logdir} that this one would resume; or "
+                "another --logdir, or --no-resume",
+            )
