@@ -29,7 +29,7 @@ CASES = [
     (["--optimizer", "sgd"],
      "--optimizer: invalid value 'sgd'; allowed: rmsprop_tf | rmsprop | adam"),
     (["--preset", "fast"], "--preset: invalid value 'fast'; allowed:"),
-    (["--algo", "ppo"], "--algo: invalid value 'ppo'; allowed: impala"),
+    (["--algo", "ppo"], "--algo: invalid value 'ppo'; allowed: impala | a3c"),
     (["--device", "tpu"], "--device: invalid value 'tpu'"),
     (["--backend", "mpi"], "--backend: invalid value 'mpi'; allowed: local"),
     (["--actor-timeout-s", "0"], "--actor-timeout-s: invalid value 0.0"),

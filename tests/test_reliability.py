@@ -11,17 +11,18 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium
+import numpy as np
 import pytest
 
 from gazelle.algorithms.impala import train
-
-pytestmark = pytest.mark.slow
 
 
 def actor_pids():
     return [p.pid for p in multiprocessing.active_children() if p.name.startswith("gazelle-actor-")]
 
 
+@pytest.mark.slow
 def test_a_stopped_actor_is_found_killed_and_replaced(small_config, capsys):
     stopped = []
 
@@ -41,6 +42,7 @@ def test_a_stopped_actor_is_found_killed_and_replaced(small_config, capsys):
         os.kill(stopped[0], 0)  # the stopped process is gone, not left behind
 
 
+@pytest.mark.slow
 def test_a_learner_without_batches_names_the_silent_actors(small_config):
     def stop_all(progress):
         for pid in actor_pids():
@@ -68,6 +70,7 @@ def children_of(pid):
     return [int(child) for child, parent in rows if parent == str(pid)]
 
 
+@pytest.mark.slow
 def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
     before_shm = shm_entries()
     script = (
@@ -93,12 +96,31 @@ def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
         time.sleep(0.2)
         alive = [pid for pid in children if _alive(pid)]
     assert not alive, f"processes outlived the killed trainer: {alive}"
-    leaked = shm_entries() - before_shm
+    leaked = orphaned(shm_entries() - before_shm)
     deadline = time.monotonic() + 10.0
     while leaked and time.monotonic() < deadline:
         time.sleep(0.2)
-        leaked = shm_entries() - before_shm
+        leaked = orphaned(shm_entries() - before_shm)
     assert not leaked, f"shared memory left behind: {sorted(leaked)}"
+
+
+def orphaned(names):
+    """The /dev/shm entries among `names` that no live process has open or mapped (others
+    belong to whatever else runs on the machine meanwhile)."""
+    used = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            used.update(line.rsplit("/", 1)[-1] for line in (proc / "maps").read_text().splitlines()
+                        if "/dev/shm/" in line)  # fmt: skip
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    used.add(target.rsplit("/", 1)[-1])
+        except (OSError, PermissionError):
+            continue
+    return {name for name in names if name not in used and (Path("/dev/shm") / name).exists()}
 
 
 def _alive(pid):
@@ -109,3 +131,78 @@ def _alive(pid):
     # a zombie is dead for this purpose
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def ctrl_c_once(logdir, timeout_s=30.0):
+    """Start a small training in its own process group, wait for its first progress rows,
+    send SIGINT to the whole group (as a terminal's Ctrl-C does) and return (seconds it took
+    to exit, exit code, pids of its children that outlived it)."""
+    script = (
+        "from gazelle.algorithms.impala import train\n"
+        "from gazelle.config import Config\n"
+        f"train(Config.of(env='CartPole-v1', num_actors=2, envs_per_actor=2, batch_size=2,"
+        f" unroll_length=10, total_frames=10**9, logdir={str(logdir)!r},"
+        " log_interval_s=0.2))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    progress = Path(logdir) / "progress.jsonl"
+    start = time.monotonic()
+    while not (progress.exists() and progress.read_text().count("\n") >= 2):
+        assert time.monotonic() - start < 120 and proc.poll() is None
+        time.sleep(0.1)
+    children = children_of(proc.pid)
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        code = None
+    took = time.monotonic() - sent
+    time.sleep(1.0)
+    return took, code, [pid for pid in children if _alive(pid)]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_training_promptly_and_leaves_nothing(tmp_path):
+    took, code, left = ctrl_c_once(tmp_path)
+    assert code == 0, f"exit code {code} after {took:.1f} s"
+    assert took < 20.0 and not left
+    from gazelle import checkpoint
+
+    assert checkpoint.load(tmp_path / "checkpoint.pt")["frames"] > 0
+
+
+class RaiseAt(gymnasium.Wrapper):
+    """A real env whose step raises once, at step `at` of its first episode."""
+
+    def __init__(self, env, at=3):
+        super().__init__(env)
+        self.at, self.t, self.raised = at, 0, False
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.at and not self.raised:
+            self.raised = True
+            raise RuntimeError("the emulator fell over")
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("spec", ["CartPole-v1", "ALE/Pong-v5", "BabyAI-GoToRedBallGrey-v0"])
+def test_an_env_that_raises_is_reset_and_counted(spec):
+    from gazelle.envs import make
+    from gazelle.envs.batch import SerialEnvs
+
+    envs = SerialEnvs([lambda: RaiseAt(make(spec, seed=0)), lambda: make(spec, seed=1)])
+    envs.reset()
+    errors = []
+    for _ in range(6):
+        step = envs.step(np.zeros(2, np.int64))
+        errors += step.errors
+        if step.errors:
+            assert step.truncated[0] and not step.game_over[0] and step.reward[0] == 0.0
+    assert len(errors) == 1 and errors[0][0] == 0 and "the emulator fell over" in errors[0][1]
+    envs.close()

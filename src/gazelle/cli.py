@@ -20,7 +20,7 @@ Next:
   watch it:      tensorboard --logdir {logdir}      (or: gazelle plot {logdir})
   test it:       gazelle test --logdir {logdir}
   resume it:     gazelle train --logdir {logdir} --total-frames N
-  try Atari:     gazelle train --env ALE/Pong-v5 --model shallow --num-actors 2
+  try Atari:     gazelle train --env PongNoFrameskip-v4
   check speed:   gazelle bench"""
 
 

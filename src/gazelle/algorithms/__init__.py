@@ -10,7 +10,7 @@ from typing import Any
 from gazelle.config import Config, ConfigError
 
 #: `--algo` name -> module with `train(config, on_progress=None) -> TrainResult`.
-ALGORITHMS = {"impala": "gazelle.algorithms.impala"}
+ALGORITHMS = {"impala": "gazelle.algorithms.impala", "a3c": "gazelle.algorithms.a3c"}
 
 
 def train(config: Config, on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:

@@ -55,6 +55,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["life_loss"] = env.life_loss
     if env.full_action_space:
         kwargs["full_action_space"] = True
+    if env.atari_frames is not None:
+        kwargs["preset"] = env.atari_frames
     return kwargs
 
 
@@ -123,6 +125,7 @@ def _describe(spec: ObsSpec) -> str:
 def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     """Validate, probe the env, resolve every unset field; seed the learner's RNGs."""
     validate(config)
+    config = _atari_frames(config)
     found = probe(config)
     device = resolve_device(config.run.device)
     config = resolve(
@@ -151,6 +154,24 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use
     torch.manual_seed(seed)
     return config, found, device
+
+
+def _atari_frames(config: Config) -> Config:
+    """Atari's preprocessing, which the probe's observation shape depends on: the
+    algorithm's own (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42) unless given."""
+    if config.env.atari_frames is not None:
+        return config
+    from gazelle.envs import expand_levels
+    from gazelle.envs.registry import resolve as resolve_env
+
+    try:
+        first = expand_levels(config.env.id)[0]
+        atari = not first.startswith("dmlab:") and resolve_env(first).kind == "atari"
+    except (ValueError, KeyError, ImportError):
+        return config  # the probe names the problem
+    if not atari:
+        return config
+    return config.replace(atari_frames="universe" if config.algo == "a3c" else "deepmind")
 
 
 def learner_threads(config: Config, device: torch.device) -> None:

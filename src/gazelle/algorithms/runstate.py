@@ -9,7 +9,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -36,6 +36,14 @@ class TrainResult:
     dropped_unrolls: int = 0
 
 
+class StateHolder(Protocol):
+    """An optimiser, or anything else whose state a checkpoint keeps (A3C's shared Adam)."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGTERM and SIGINT raise KeyboardInterrupt inside, so a `finally` saves the
@@ -60,7 +68,7 @@ def save(
     path: Path,
     config: Config,
     agent: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: StateHolder,
     frames: int,
     updates: int,
     episodes: int,
@@ -90,7 +98,7 @@ def restore(
     path: Path,
     config: Config,
     agent: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: StateHolder,
     device: torch.device,
 ) -> dict[str, int]:
     """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters.

@@ -70,7 +70,7 @@ class Telemetry:
             self.restarts += 1
             print(
                 f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
-                f"restarted, {event['dropped_slots']} half-written unroll(s) dropped"
+                f"restarted, {event.get('dropped_slots', 0)} half-written unroll(s) dropped"
             )
         elif kind == "actor_crash":
             print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")

@@ -24,6 +24,7 @@ from gazelle.config.errors import ConfigError
 from gazelle.config.sections import (
     ALGORITHM_SECTIONS,
     COMMON_SECTIONS,
+    A3CConfig,
     ActorConfig,
     EnvConfig,
     ImpalaConfig,
@@ -101,12 +102,13 @@ class Config:
     """Everything a training run needs; see the module docstring."""
 
     algo: str = "impala"
-    """The algorithm that runs: impala."""
+    """The algorithm that runs: impala | a3c."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     actors: ActorConfig = field(default_factory=ActorConfig)
     run: RunConfig = field(default_factory=RunConfig)
     impala: ImpalaConfig = field(default_factory=ImpalaConfig)
+    a3c: A3CConfig = field(default_factory=A3CConfig)
 
     @property
     def algorithm(self) -> Any:

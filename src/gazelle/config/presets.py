@@ -11,6 +11,9 @@ IMPALA presets (`--preset`):
   difference from the paper is justified by a run in docs/results.md;
 - `impala-paper`: the IMPALA paper's Atari settings (its Table G.1: RMSProp as in TF with
   epsilon 0.01, lr 0.0006, entropy 0.01, B=32, T=20) and the IMPALA seed's DMLab defaults.
+
+A3C (`A3C_PRESETS`): the universe-starter-agent's settings (Adam 1e-4, its 42x42 frames and
+conv+LSTM network, one env per worker) for Atari; a higher learning rate for vector tasks.
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ IMPALA_PRESETS["gazelle"]["atari"].update(
     total_frames=30_000_000, use_lstm=False,
 )  # fmt: skip
 PRESET_NAMES = tuple(IMPALA_PRESETS)
+
+#: A3C presets: env family -> flat name -> value (the seed's Atari settings for Atari).
+A3C_PRESETS: dict[str, dict[str, Any]] = {
+    "atari": dict(envs_per_actor=1, total_frames=30_000_000, learning_rate=1e-4,
+                  use_lstm=True),
+    "vector": dict(envs_per_actor=1, total_frames=1_000_000, learning_rate=1e-3,
+                   use_lstm=True),
+    "dmlab": dict(envs_per_actor=1, total_frames=1_000_000_000, learning_rate=1e-4,
+                  use_lstm=True),
+    "image": dict(envs_per_actor=1, total_frames=5_000_000, learning_rate=1e-4,
+                  use_lstm=True),
+}  # fmt: skip
 
 
 def env_family(env: str, frame_is_image: bool, env_kind: str | None = None) -> str:
@@ -108,8 +123,12 @@ def resolve(
 
             raise ConfigError("preset", preset, " | ".join(PRESET_NAMES))
         defaults.update(IMPALA_PRESETS[preset][family])
+    elif config.algo == "a3c":
+        defaults.update(A3C_PRESETS[family])
     defaults.update(env_defaults or {})
     updates = {k: v for k, v in defaults.items() if config.get(k) is None}
     if config.model.torso == "auto":
         updates["model"] = default_torso(frame_is_image, cuda)
+        if config.algo == "a3c" and frame_is_image:
+            updates["model"] = "universe"  # the seed's network
     return config.replace(**updates)

@@ -37,6 +37,9 @@ class EnvConfig:
     full_action_space: bool = False
     """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
     when the games' action sets differ)."""
+    atari_frames: str | None = None
+    """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
+    (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,33 @@ class ImpalaConfig:
     """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
 
 
+@dataclass(frozen=True)
+class A3CConfig:
+    """A3C (the universe-starter-agent seed): asynchronous workers, each with a runner thread
+    filling a queue of partial rollouts, GAE, and a shared Adam on the global network."""
+
+    unroll_length: int = 20
+    """Steps per partial rollout (the seed's num_local_steps: 20)."""
+    learning_rate: float | None = None
+    """Adam's learning rate, constant; unset: the env family's preset (seed, Atari: 1e-4)."""
+    epsilon: float = 1e-8
+    """Adam's epsilon (TensorFlow's default, as in the seed)."""
+    discounting: float = 0.99
+    """Discount factor gamma (seed: 0.99)."""
+    gae_lambda: float = 1.0
+    """GAE's lambda (seed: 1.0)."""
+    entropy_cost: float = 0.01
+    """Weight of the entropy bonus (seed: 0.01)."""
+    baseline_cost: float = 0.5
+    """Weight of the value loss (seed: 0.5)."""
+    grad_norm_clip: float | None = 40.0
+    """Clip each worker's gradient to this global norm (seed: 40)."""
+    reward_clipping: str = "none"
+    """abs_one | soft_asymmetric | none (seed: none)."""
+    queue_size: int = 5
+    """Partial rollouts the runner thread may queue ahead of the trainer (seed: 5)."""
+
+
 #: The common sections of `Config`, by attribute name.
 COMMON_SECTIONS: dict[str, type] = {
     "env": EnvConfig,
@@ -161,4 +191,4 @@ COMMON_SECTIONS: dict[str, type] = {
     "run": RunConfig,
 }
 #: One section per algorithm, by `--algo` name.
-ALGORITHM_SECTIONS: dict[str, type] = {"impala": ImpalaConfig}
+ALGORITHM_SECTIONS: dict[str, type] = {"impala": ImpalaConfig, "a3c": A3CConfig}

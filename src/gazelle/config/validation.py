@@ -84,9 +84,25 @@ def validate(config: Config) -> Config:
         dev in ("auto", "cpu", "cuda", "mps") or dev.startswith("cuda:")
     ):
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
+    check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
     if config.algo == "impala":
         _validate_impala(check)
+    elif config.algo == "a3c":
+        _validate_a3c(check)
     return config
+
+
+def _validate_a3c(check: _Checks) -> None:
+    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
+    for name in ("unroll_length", "queue_size"):
+        check.positive(name)
+    for name in ("learning_rate", "grad_norm_clip"):
+        check.positive(name, integer=False, allow_none=True)
+    check.positive("epsilon", integer=False)
+    for name in ("discounting", "gae_lambda"):
+        check.in_range(name, 0.0, 1.0)
+    for name in ("baseline_cost", "entropy_cost"):
+        check.in_range(name, 0.0, 1e6)
 
 
 def _validate_impala(check: _Checks) -> None:

@@ -13,7 +13,7 @@ Every wait has a timeout, and every queue behind these is bounded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -80,6 +80,32 @@ class ParamSource(Protocol):
         """Load the weights into `module` if newer than `have_version`; return the version
         loaded (or `have_version`)."""
         ...
+
+
+class ParameterServer(Protocol):
+    """A3C's global network and optimiser: workers pull the weights and push gradients
+    (local backend: shared memory, Hogwild; across machines: a parameter-server process)."""
+
+    @property
+    def step_count(self) -> int:
+        """Updates applied so far, by all workers."""
+        ...
+
+    def pull(self, module: nn.Module) -> int:
+        """Copy the global weights into `module`; returns the step count."""
+        ...
+
+    def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
+        """Apply one optimiser step with these gradients (the parameters' order); returns
+        the step count after it."""
+        ...
+
+    @property
+    def frame_count(self) -> int:
+        """Env frames trained on so far, by all workers."""
+        ...
+
+    def add_frames(self, worker: int, frames: int) -> None: ...
 
 
 class PolicyStopped(Exception):

@@ -1,0 +1,64 @@
+"""A3C's loss on a joined rollout, as the seed's `process_rollout` and loss: discounted
+returns and GAE advantages (`gazelle.losses.returns.gae`), then
+`pi_loss + baseline_cost * vf_loss - entropy_cost * entropy`, all sums over the steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gazelle.losses import actor_critic
+from gazelle.losses.returns import gae
+from gazelle.types import INSTRUCTION
+
+
+@dataclass(frozen=True)
+class A3CLossSettings:
+    """The loss hyperparameters (see `gazelle.config.A3CConfig`)."""
+
+    discounting: float
+    gae_lambda: float
+    entropy_cost: float
+    baseline_cost: float
+    reward_clipping: str
+
+
+def a3c_loss(
+    agent: Any, batch: dict[str, torch.Tensor], settings: A3CLossSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The A3C loss of a `[T+1, E]` rollout (`gazelle.algorithms.a3c.rollouts`).
+
+    The agent's outputs at `t` are computed on observation `t`; the action taken there and
+    the reward and episode end it led to are stored at `t + 1` (the unroll layout). The
+    bootstrap is `V(x_T)`, the value of the last observation, used where the rollout did not
+    end its episode; a time-limit cut adds `gamma * V(final obs)` to its last reward, as a
+    termination does not.
+    """
+    obs = {"frame": batch["frame"]}
+    if INSTRUCTION in batch:
+        obs[INSTRUCTION] = batch[INSTRUCTION]
+    done = batch["terminated"] | batch["truncated"]
+    state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
+    out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)
+    logits, values = out.policy_logits.float(), out.baseline.float()
+    gamma = settings.discounting
+    # why: the shift by one of the unroll layout (see the docstring).
+    rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
+    rewards = rewards + gamma * batch["truncated"][1:].float() * batch["truncation_value"][1:]
+    advantages, returns = gae(
+        rewards, values[:-1], values[-1], gamma, settings.gae_lambda, done[1:]
+    )
+    loss, metrics = actor_critic.a3c_loss(
+        logits[:-1],
+        batch["action"][1:],
+        advantages,
+        returns,
+        values[:-1],
+        value_coef=settings.baseline_cost,
+        entropy_coef=settings.entropy_cost,
+    )
+    metrics["a3c/advantage_mean"] = advantages.mean()
+    metrics["a3c/value_mean"] = values[:-1].detach().mean()
+    return loss, metrics

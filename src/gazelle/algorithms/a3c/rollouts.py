@@ -1,0 +1,140 @@
+"""The A3C seed's runner design with gazelle's actor: the runner thread is the runtime's
+`Actor`, writing its partial rollouts through `QueueWriter` into a bounded in-process queue;
+the trainer takes one and appends what else is waiting until an episode end
+(`pull_rollouts`, the seed's `pull_batch_from_queue`).
+
+A rollout is a dict of time-major tensors `[T+1, E]` (E envs stepped by one worker), index 0
+repeating the previous rollout's last step, with `state_h` / `state_c` `[E, H]`: the
+LSTM state at its start (the seed's `features`), exactly IMPALA's unroll layout, so one
+loss-side pairing serves both.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+
+import torch
+
+from gazelle.models import state_size
+from gazelle.models.instruction import MAX_TOKENS
+from gazelle.types import ObsSpec
+
+Rollout = dict[str, torch.Tensor]
+
+#: Per-step fields (besides the observation) and their dtypes, as the actor writes them.
+STEP_FIELDS = {
+    "reward": torch.float32,
+    "terminated": torch.bool,
+    "truncated": torch.bool,
+    "truncation_value": torch.float32,
+    "action": torch.int64,
+    "baseline": torch.float32,
+}
+
+
+class QueueWriter:
+    """An `UnrollWriter` for one actor in this process: each unroll is written into fresh
+    tensors and, once committed, put in `rollouts` (bounded: the runner waits, checking
+    `should_stop`, while the trainer is behind, as the seed's runner blocks on its queue)."""
+
+    def __init__(
+        self, spec: ObsSpec, unroll_length: int, num_envs: int, use_lstm: bool, maxsize: int
+    ) -> None:
+        self.spec, self.steps, self.num_envs = spec, unroll_length + 1, num_envs
+        self.state_size = state_size(use_lstm)
+        self.rollouts: queue.Queue[Rollout] = queue.Queue(maxsize=maxsize)
+        self._current: Rollout = {}
+        self._should_stop: Callable[[], bool] = lambda: False
+
+    def _fresh(self) -> Rollout:
+        n, spec = self.num_envs, self.spec
+        frame = torch.uint8 if spec.frame_dtype.kind == "u" else torch.float32
+        out = {name: torch.zeros(self.steps, n, dtype=dtype) for name, dtype in STEP_FIELDS.items()}
+        out["frame"] = torch.zeros(self.steps, n, *spec.frame_shape, dtype=frame)
+        out["policy_logits"] = torch.zeros(self.steps, n, spec.num_actions)
+        if spec.has_instruction:
+            out["instruction"] = torch.zeros(self.steps, n, MAX_TOKENS, dtype=torch.int64)
+        if self.state_size:
+            out["state_h"] = torch.zeros(n, self.state_size)
+            out["state_c"] = torch.zeros(n, self.state_size)
+        return out
+
+    def acquire(
+        self, actor_id: int, count: int, timeout: float, should_stop: Callable[[], bool]
+    ) -> list[int]:
+        if should_stop():
+            return []
+        self._should_stop = should_stop
+        self._current = self._fresh()
+        return list(range(count))
+
+    def write_step(self, slots: torch.Tensor, t: int, values: dict[str, torch.Tensor]) -> None:
+        for name, value in values.items():
+            if name in self._current:
+                self._current[name][t, slots] = value
+
+    def write_state(self, slots: torch.Tensor, state: tuple[torch.Tensor, ...]) -> None:
+        if state:
+            self._current["state_h"][slots] = state[0]
+            self._current["state_c"][slots] = state[1]
+
+    def commit(self, slots: list[int], actor_id: int, level_id: int, version: int) -> None:
+        rollout = self._current
+        rollout["policy_version"] = torch.tensor(version)
+        while True:
+            try:
+                # why: short waits, so a stop is seen while the trainer is behind.
+                self.rollouts.put(rollout, timeout=0.1)
+                return
+            except queue.Full:
+                if self._should_stop():
+                    return
+
+
+def _ended(rollout: Rollout) -> bool:
+    """Whether an episode ended in this rollout (index 0 repeats the previous one)."""
+    return bool((rollout["terminated"][1:] | rollout["truncated"][1:]).any())
+
+
+def join(rollouts: list[Rollout]) -> Rollout:
+    """Consecutive rollouts of the same envs as one: `[1 + sum T_i, E]`, the first's state.
+
+    why: index 0 of each later rollout repeats the last step of the one before; it is
+    dropped so every step appears once.
+    """
+    first = rollouts[0]
+    out: Rollout = {}
+    for name, value in first.items():
+        if name in ("state_h", "state_c", "policy_version"):
+            out[name] = value
+        else:
+            out[name] = torch.cat([value] + [r[name][1:] for r in rollouts[1:]], dim=0)
+    out["policy_version"] = torch.stack([r["policy_version"] for r in rollouts]).min()
+    return out
+
+
+def pull_rollouts(
+    rollouts: queue.Queue[Rollout], should_stop: Callable[[], bool], timeout: float = 600.0
+) -> Rollout | None:
+    """The seed's `pull_batch_from_queue`: one rollout (waiting for it), then whatever is
+    already waiting, until one of them ends an episode. None once `should_stop()`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            taken = [rollouts.get(timeout=0.1)]
+            break
+        except queue.Empty:
+            if should_stop():
+                return None
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no rollout from the runner thread in {timeout:.0f} s"
+                ) from None
+    while not _ended(taken[-1]):
+        try:
+            taken.append(rollouts.get_nowait())
+        except queue.Empty:
+            break
+    return join(taken) if len(taken) > 1 else taken[0]

@@ -1,0 +1,154 @@
+"""An A3C worker process (the seed's `A3C.process` loop around its `RunnerThread`).
+
+- The **runner thread** is the runtime's `Actor`: it steps the worker's envs with its own
+  copy of the policy (pulled from the global network at each rollout's start) and puts
+  partial rollouts, with the LSTM state at their start, into a bounded queue.
+- The **trainer** (the process's main thread) copies the global weights into the local
+  network, takes a rollout and what else is waiting until an episode end, computes the A3C
+  loss and its gradient, clips it, and applies it to the global network through the shared
+  optimiser (`ParameterServer.push`). It reports one "update" event per update (the seed's
+  summaries) and counts the frames it trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import traceback
+
+import torch
+from torch import nn
+
+from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
+from gazelle.algorithms.a3c.rollouts import QueueWriter, pull_rollouts
+from gazelle.backends.local.process import ChildContext, ChildLink
+from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
+from gazelle.runtime.allocator import keep_freed_memory
+from gazelle.runtime.interfaces import ParameterServer
+from gazelle.runtime.policy import LocalPolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSettings:
+    """What a worker's trainer needs besides its actor spec (picklable)."""
+
+    loss: A3CLossSettings
+    grad_norm_clip: float | None
+    queue_size: int
+    action_repeats: int
+    rollout_timeout_s: float = 600.0
+
+
+class ServerParams:
+    """The `ParamSource` a worker's policy pulls from: the global network."""
+
+    def __init__(self, server: ParameterServer) -> None:
+        self.server = server
+
+    def current_version(self) -> int:
+        return self.server.step_count
+
+    def pull(self, module: nn.Module, have_version: int) -> int:
+        if self.server.step_count == have_version:
+            return have_version
+        return self.server.pull(module)
+
+
+def train_step(
+    local: nn.Module,
+    server: ParameterServer,
+    rollout: dict[str, torch.Tensor],
+    settings: TrainerSettings,
+    worker: int,
+) -> dict[str, float]:
+    """One A3C update: sync, loss, gradient, clip, push. Returns the seed's summaries
+    (losses and entropy per sample, gradient and weight global norms) and the step; a
+    non-finite loss or gradient is not pushed (`skipped` 1)."""
+    server.pull(local)
+    loss, metrics = a3c_loss(local, rollout, settings.loss)
+    local.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for p in local.parameters() if p.requires_grad]
+    clip = settings.grad_norm_clip if settings.grad_norm_clip is not None else float("inf")
+    grad_norm = float(nn.utils.clip_grad_norm_(params, clip))
+    samples = int(rollout["action"][1:].numel())
+    out = {
+        "losses/policy": float(metrics["losses/policy"]) / samples,
+        "losses/baseline": float(metrics["losses/baseline"]) / samples,
+        "policy/entropy": float(metrics["policy/entropy"]),
+        "losses/total": float(loss.detach()) / samples,
+        "losses/grad_norm": grad_norm,
+        "a3c/weight_norm": math.sqrt(sum(float(p.detach().pow(2).sum()) for p in params)),
+        "a3c/advantage_mean": float(metrics["a3c/advantage_mean"]),
+        "a3c/rollout_steps": float(rollout["action"].shape[0] - 1),
+    }
+    if not (math.isfinite(float(loss.detach())) and math.isfinite(grad_norm)):
+        return {**out, "skipped": 1.0, "step": float(server.step_count)}
+    step = server.push([p.grad for p in params], worker)
+    server.add_frames(worker, samples * settings.action_repeats)
+    return {**out, "skipped": 0.0, "step": float(step)}
+
+
+def worker_process(
+    spec: ActorSpec,
+    link: ChildLink,
+    server: ParameterServer,
+    settings: TrainerSettings,
+) -> None:
+    """Entry point of a worker process (`spec.actor_id` is its worker index)."""
+    # why: one torch thread per process; the runner and the trainer share it.
+    torch.set_num_threads(1)
+    keep_freed_memory()
+    torch.manual_seed(spec.seed)
+    child = ChildContext(link)
+    stop_runner = threading.Event()
+    runner_error: list[str] = []
+    actor, runner = None, None
+    try:
+        local = actor_agent(spec)
+        writer = QueueWriter(
+            spec.obs_spec,
+            spec.unroll_length,
+            spec.envs_per_actor,
+            spec.use_lstm,
+            settings.queue_size,
+        )
+        policy = LocalPolicy(actor_agent(spec), ServerParams(server), spec.envs_per_actor)
+        actor = Actor(spec, writer, policy, child.report, child.beat)
+
+        def run() -> None:
+            try:
+                actor.run(lambda: stop_runner.is_set() or child.should_stop())
+            except Exception:
+                runner_error.append(traceback.format_exc())
+
+        runner = threading.Thread(target=run, name="runner", daemon=True)
+        runner.start()
+
+        def waiting() -> bool:
+            if runner_error or not runner.is_alive():
+                raise RuntimeError(f"the runner thread died:\n{''.join(runner_error)}")
+            return child.waiting()
+
+        while not child.should_stop():
+            rollout = pull_rollouts(writer.rollouts, waiting, settings.rollout_timeout_s)
+            if rollout is None:
+                break
+            summary = train_step(local, server, rollout, settings, spec.actor_id)
+            child.report({"type": "update", "worker": spec.actor_id, **summary})
+            child.beat()
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        child.report(
+            {"type": "actor_crash", "actor": spec.actor_id, "message": traceback.format_exc()}
+        )
+        raise
+    finally:
+        stop_runner.set()
+        if runner is not None:
+            # why: let the runner leave its step before its envs are closed under it.
+            runner.join(timeout=5.0)
+        if actor is not None:
+            actor.close()

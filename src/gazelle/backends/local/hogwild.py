@@ -1,0 +1,118 @@
+"""A3C's global network and shared Adam on one machine, Hogwild-style (the A3C seed's
+global optimiser): the weights and Adam's moments live in shared memory, and every worker
+applies its own gradients to them without a lock.
+
+Lock-free also means a worker stopped or killed in the middle of an update cannot stall the
+others (a lock it held would never be released). What it costs, as in the seed: two workers
+updating at once may interleave their writes to a weight or a moment. The step count does
+not lose increments: each worker counts its own updates in its own cell, and Adam's bias
+correction uses their sum (`tests/test_a3c.py` checks both).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class SharedAdamServer:
+    """The global parameters (shared tensors) with Adam's state; implements
+    `gazelle.runtime.interfaces.ParameterServer`.
+
+    Args:
+        module: the global network; its parameters are moved to shared memory in place.
+        num_workers: workers that push (each owns one step counter).
+        lr, betas, eps: Adam's (torch's formula: `lr * m_hat / (sqrt(v_hat) + eps)`).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        num_workers: int,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        module.share_memory()
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.exp_avg = [torch.zeros_like(p).share_memory_() for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p).share_memory_() for p in self.params]
+        # why: one counter per worker, each written by its worker only: no increment is
+        # ever lost to a race, and no lock is needed.
+        self.steps = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
+        #: Env frames each worker has trained on (the global step counts frames).
+        self.frames = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
+        self.lr, self.betas, self.eps = lr, betas, eps
+
+    @property
+    def step_count(self) -> int:
+        """Updates applied by all workers together."""
+        return int(self.steps.sum())
+
+    @property
+    def frame_count(self) -> int:
+        """Env frames trained on by all workers together."""
+        return int(self.frames.sum())
+
+    def add_frames(self, worker: int, frames: int) -> None:
+        self.frames[worker] += frames
+
+    def pull(self, module: nn.Module) -> int:
+        """Copy the global weights into a worker's local `module`; returns the step count."""
+        with torch.no_grad():
+            for local, shared in zip(
+                (p for p in module.parameters() if p.requires_grad), self.params
+            ):
+                local.copy_(shared)
+        return self.step_count
+
+    @torch.no_grad()
+    def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
+        """Apply one Adam step with a worker's gradients (same order as the parameters;
+        None: no gradient); returns the step count after it."""
+        self.steps[worker] += 1
+        step = self.step_count
+        beta1, beta2 = self.betas
+        bias1 = 1.0 - beta1**step
+        bias2 = 1.0 - beta2**step
+        for param, grad, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+            if grad is None:
+                continue
+            m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+            v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+            denom = (v / bias2).sqrt_().add_(self.eps)
+            param.addcdiv_(m, denom, value=-self.lr / bias1)
+        return step
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "exp_avg": [t.clone() for t in self.exp_avg],
+            "exp_avg_sq": [t.clone() for t in self.exp_avg_sq],
+            "steps": self.steps.clone(),
+            "frames": self.frames.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore the moments and the step count (the counters sum, whatever the number of
+        workers then and now)."""
+        for target, value in zip(self.exp_avg, state["exp_avg"]):  # type: ignore[call-overload]
+            target.copy_(value)
+        for target, value in zip(self.exp_avg_sq, state["exp_avg_sq"]):  # type: ignore[call-overload]
+            target.copy_(value)
+        steps = state["steps"]
+        assert isinstance(steps, torch.Tensor)
+        self.steps.zero_()
+        self.steps[0] = int(steps.sum())
+        frames = state.get("frames")
+        self.frames.zero_()
+        if isinstance(frames, torch.Tensor):
+            self.frames[0] = int(frames.sum())
+
+
+def global_norm(tensors: Sequence[torch.Tensor | None]) -> float:
+    """The global L2 norm of a list of tensors (None skipped)."""
+    total = sum(float(t.float().pow(2).sum()) for t in tensors if t is not None)
+    return math.sqrt(total)

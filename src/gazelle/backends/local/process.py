@@ -1,0 +1,308 @@
+"""Processes of a run on this machine, whatever they do (IMPALA actors, A3C workers):
+started with `spawn`, watched by heartbeat, restarted when they die or hang, each with its
+own event pipe.
+
+Processes start with `spawn` (never a bare fork of a process that already runs torch
+threads: a known source of silent deadlocks), so the same code runs on macOS. A subclass
+says what each process runs (`_target`, `_args`) and what to clean up when one dies
+(`_on_death`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits, receive_all
+
+#: Seed offset per restart, so a restarted process does not replay the same episodes.
+RESTART_SEED_STRIDE = 100_003
+
+
+@dataclasses.dataclass
+class ChildLink:
+    """What a child process gets to talk to its fleet (picklable)."""
+
+    stop: Any
+    event_writer: Any
+    heartbeats: torch.Tensor
+    index: int
+
+
+class ChildContext:
+    """In the child: `report(event)`, `beat()`, `should_stop()` (and `waiting()`, which
+    beats too, for any loop that waits on something else)."""
+
+    def __init__(self, link: ChildLink) -> None:
+        self.link = link
+        self.report = event_sender(link.event_writer)
+        self._parent = os.getppid()
+
+    def should_stop(self) -> bool:
+        # why: a trainer killed with SIGKILL never sets the stop event; an orphan is
+        # re-parented, so a changed parent pid means the run is gone.
+        return bool(self.link.stop.is_set()) or os.getppid() != self._parent
+
+    def beat(self) -> None:
+        self.link.heartbeats[self.link.index] = time.monotonic()
+
+    def waiting(self) -> bool:
+        """`should_stop()` for wait loops: a process waiting is not hung, so it beats."""
+        self.beat()
+        return self.should_stop()
+
+
+def event_sender(conn: Any) -> Callable[[dict[str, Any]], None]:
+    """A child's `report`: sends events through its own pipe without ever blocking (see
+    `gazelle.backends.local.channels`); an unroll event too big for one atomic message goes
+    as several, its episodes split among them; a fault's message is cut to fit."""
+    sender = Sender(conn)
+
+    def report(event: dict[str, Any]) -> None:
+        if fits(event):
+            sender.send(event)
+        elif len(event.get("episodes", ())) > 1:
+            half = len(event["episodes"]) // 2
+            report({**event, "episodes": event["episodes"][:half]})
+            # why: the rest of the event (timings, counts, metrics) goes once, with part 1.
+            report({"type": event["type"], "level_id": event.get("level_id", 0),
+                    "episodes": event["episodes"][half:]})  # fmt: skip
+        elif isinstance(event.get("message"), str) and len(event["message"]) > 200:
+            report({**event, "message": "..." + event["message"][-(MAX_MESSAGE // 2) :]})
+        else:
+            sender.send(event)  # counted as dropped if it still does not fit
+
+    return report
+
+
+class ProcessFleet:
+    """One process per spec (each spec has `actor_id` and `seed`); `poll()` replaces the
+    dead and the hung ones. Implements `gazelle.runtime.interfaces.Fleet`.
+
+    Args:
+        specs: one per process.
+        ctx: a `spawn` multiprocessing context.
+        stop_event: set to ask every process to stop (`close()` sets it).
+        actor_timeout_s: a process silent (no heartbeat) for this long is taken to be hung
+            (SIGSTOPped, blocked forever): killed and replaced.
+        max_restarts: per process, before the run gives up.
+    """
+
+    kind = "actor"
+
+    def __init__(
+        self,
+        specs: list[Any],
+        ctx: Any | None = None,
+        stop_event: Any | None = None,
+        actor_timeout_s: float = 120.0,
+        max_restarts: int = 100,
+    ) -> None:
+        self.ctx = ctx or mp.get_context("spawn")
+        self.specs = list(specs)
+        self.stop_event = stop_event if stop_event is not None else self.ctx.Event()
+        # why: one pipe per process, never shared: see gazelle.backends.local.channels.
+        self.event_readers: list[Any] = [None] * len(self.specs)
+        self.processes: list[Any] = [None] * len(self.specs)
+        self.restarts = [0] * len(self.specs)
+        self.hung = [0] * len(self.specs)
+        self.max_restarts = max_restarts
+        self.actor_timeout_s = actor_timeout_s
+        self.dropped_slots = 0
+        # why: shared, so that children write their last sign of life where the fleet reads
+        # it; CLOCK_MONOTONIC is one clock for every process of the machine.
+        self.heartbeats = torch.zeros(len(self.specs), dtype=torch.float64).share_memory_()
+        self._leftover: list[dict[str, Any]] = []
+        self._closed = False
+
+    # ---- what a subclass says ---------------------------------------------------------
+    def _target(self) -> Callable[..., None]:
+        raise NotImplementedError
+
+    def _args(self, index: int, spec: Any, link: ChildLink) -> tuple[Any, ...]:
+        """The child's arguments (it also needs `link`); may create per-process pipes and
+        return the ends to close in this process in `self._to_close`."""
+        raise NotImplementedError
+
+    def _on_death(self, index: int) -> dict[str, Any]:
+        """Clean up after process `index` died; extra fields for its restart event."""
+        return {}
+
+    def check(self) -> None:
+        """Raise if a part the run cannot go on without has died."""
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    # ---- life cycle -------------------------------------------------------------------
+    def _start(self, index: int) -> None:
+        spec = self.specs[index]
+        if self.restarts[index]:
+            spec = dataclasses.replace(
+                spec, seed=spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
+            )
+        event_reader, event_writer = self.ctx.Pipe(duplex=False)
+        link = ChildLink(self.stop_event, event_writer, self.heartbeats, index)
+        self._to_close: list[Any] = [event_writer]
+        process = self.ctx.Process(
+            target=self._target(),
+            args=self._args(index, spec, link),
+            name=f"gazelle-{self.kind}-{spec.actor_id}",
+            daemon=True,
+        )
+        # why: the clock starts at the start, so a process that never beats (stuck while
+        # building its envs) is found too.
+        self.heartbeats[index] = time.monotonic()
+        process.start()
+        # why: the child has its own copies; closing ours lets a reader see the end of
+        # file when the child dies.
+        for end in self._to_close:
+            end.close()
+        old = self.event_readers[index]
+        if old is not None:
+            # why: the predecessor's last whole events (its crash report) still count.
+            self._leftover += receive_all(old)[0]
+            old.close()
+        self.event_readers[index] = event_reader
+        self.processes[index] = process
+
+    def start(self) -> None:
+        for index in range(len(self.specs)):
+            self._start(index)
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Replace dead and hung processes; return the events since the last call (after
+        `close`, the ones that were still waiting)."""
+        events, self._leftover = self._drain() + self._leftover, []
+        if self.stop_event.is_set():
+            return events
+        self.check()
+        events += self._kill_hung()
+        for index, process in enumerate(self.processes):
+            if process is None or process.is_alive():
+                continue
+            actor_id = self.specs[index].actor_id
+            extra = self._on_death(index)
+            self.restarts[index] += 1
+            events.append(
+                {
+                    "type": "actor_restart",
+                    "actor": actor_id,
+                    "exitcode": process.exitcode,
+                    "restarts": self.restarts[index],
+                    **extra,
+                }
+            )
+            if self.restarts[index] > self.max_restarts:
+                raise RuntimeError(
+                    f"{self.kind} {actor_id} died {self.restarts[index]} times (last exit code "
+                    f"{process.exitcode}); giving up. See the crash events in the log."
+                )
+            self._start(index)
+        return events
+
+    def _kill_hung(self) -> list[dict[str, Any]]:
+        """SIGKILL every live process silent for more than `actor_timeout_s` (it is replaced
+        as a dead one right after); one "actor_hung" event each."""
+        events: list[dict[str, Any]] = []
+        now = time.monotonic()
+        for index, process in enumerate(self.processes):
+            silent = now - float(self.heartbeats[index])
+            if process is None or silent <= self.actor_timeout_s or not process.is_alive():
+                continue
+            # why: SIGKILL ends a stopped (SIGSTOP) process too, and a blocked one.
+            process.kill()
+            process.join(timeout=5.0)
+            self.hung[index] += 1
+            events.append(
+                {"type": "actor_hung", "actor": self.specs[index].actor_id, "silent_s": silent}
+            )
+        return events
+
+    def describe(self) -> str:
+        """One line per process: alive or dead, seconds since its last sign of life,
+        restarts."""
+        now = time.monotonic()
+        lines = []
+        for index, process in enumerate(self.processes):
+            if process is None:
+                state = "not started"
+            else:
+                state = "alive" if process.is_alive() else f"dead (exit code {process.exitcode})"
+            silent = now - float(self.heartbeats[index])
+            lines.append(
+                f"{self.kind} {self.specs[index].actor_id}: {state}, last sign of life "
+                f"{silent:.0f} s ago, {self.restarts[index]} restart(s), {self.hung[index]} "
+                "killed as hung"
+            )
+        return "\n".join(lines)
+
+    def alive(self) -> int:
+        return sum(1 for p in self.processes if p is not None and p.is_alive())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ask every process to stop, then terminate whoever did not."""
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            if process is not None:
+                process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process is not None and process.is_alive():
+                process.terminate()
+                process.join(timeout=2.0)
+            if process is not None and process.is_alive():
+                process.kill()
+                process.join(timeout=2.0)
+        self._after_stop(deadline)
+        # why: what the processes sent before they stopped (finished episodes) is kept for
+        # a last poll.
+        self._leftover += self._drain()
+        self._closed = True
+        for reader in self.event_readers:
+            if reader is not None:
+                reader.close()
+
+    def _after_stop(self, deadline: float) -> None:
+        """Stop what the processes used (e.g. a server), after they are gone."""
+
+    def _drain(self) -> list[dict[str, Any]]:
+        """Every whole event waiting in the processes' pipes."""
+        events: list[dict[str, Any]] = []
+        if self._closed:
+            return events
+        for reader in self.event_readers:
+            if reader is not None:
+                events += receive_all(reader)[0]
+        return events
+
+
+class TaskFleet(ProcessFleet):
+    """Processes that run `target(spec, link, *args)`: what an algorithm starts itself (A3C's
+    workers), with the fleet's supervision."""
+
+    kind = "worker"
+
+    def __init__(
+        self,
+        specs: list[Any],
+        target: Callable[..., None],
+        args: tuple[Any, ...],
+        ctx: Any | None = None,
+        actor_timeout_s: float = 120.0,
+        max_restarts: int = 100,
+    ) -> None:
+        super().__init__(specs, ctx, None, actor_timeout_s, max_restarts)
+        self.target, self.args = target, args
+
+    def _target(self) -> Callable[..., None]:
+        return self.target
+
+    def _args(self, index: int, spec: Any, link: ChildLink) -> tuple[Any, ...]:
+        return (spec, link, *self.args)

@@ -1,0 +1,139 @@
+"""A3C: one worker update is a hand-computed Adam step on the clipped gradient; concurrent
+workers lose no step count; the runner's queue is joined until an episode end; the loss is
+the seed's (returns and GAE of `process_rollout`); a run trains, checkpoints and resumes."""
+
+import copy
+import queue
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
+from gazelle.algorithms.a3c.rollouts import pull_rollouts
+from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
+from gazelle.backends.local.hogwild import SharedAdamServer
+from gazelle.models import Agent
+from gazelle.types import ObsSpec
+
+CTX = mp.get_context("spawn")
+SPEC = ObsSpec((4,), np.dtype(np.float32), num_actions=3)
+T, E = 5, 2
+LOSS = A3CLossSettings(0.9, 0.95, 0.01, 0.5, "none")
+
+
+def rollout(seed=0, done_at=(), t=T):
+    g = torch.Generator().manual_seed(seed)
+    batch = {
+        "frame": torch.randn(t + 1, E, 4, generator=g),
+        "action": torch.randint(0, 3, (t + 1, E), generator=g),
+        "reward": torch.randn(t + 1, E, generator=g),
+        "terminated": torch.zeros(t + 1, E, dtype=torch.bool),
+        "truncated": torch.zeros(t + 1, E, dtype=torch.bool),
+        "truncation_value": torch.zeros(t + 1, E),
+        "baseline": torch.zeros(t + 1, E),
+        "policy_logits": torch.zeros(t + 1, E, 3),
+        "state_h": torch.zeros(E, 8),
+        "state_c": torch.zeros(E, 8),
+        "policy_version": torch.tensor(0),
+    }
+    for step, env in done_at:
+        batch["terminated"][step, env] = True
+    return batch
+
+
+def test_the_loss_is_the_seeds_on_one_rollout():
+    """One env, no episode end: returns = discount(rewards + [V(x_T)])[:-1] and GAE on the
+    TD errors, written out here step by step from the seed's process_rollout."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", core_size=8)
+    batch = rollout()
+    loss, metrics = a3c_loss(agent, batch, LOSS)
+    with torch.no_grad():
+        out, _ = agent.unroll({"frame": batch["frame"]}, batch["action"], batch["reward"],
+                              torch.zeros(T + 1, E, dtype=torch.bool),
+                              (batch["state_h"], batch["state_c"]))  # fmt: skip
+    values, logits = out.baseline.numpy(), out.policy_logits
+    gamma, lam = LOSS.discounting, LOSS.gae_lambda
+    expected = 0.0
+    for env in range(E):
+        rewards = batch["reward"][1:, env].numpy()
+        v = values[:, env]
+        ret, adv, running_ret, running_adv = np.zeros(T), np.zeros(T), v[T], 0.0
+        for t in reversed(range(T)):
+            running_ret = rewards[t] + gamma * running_ret
+            delta = rewards[t] + gamma * v[t + 1] - v[t]
+            running_adv = delta + gamma * lam * running_adv
+            ret[t], adv[t] = running_ret, running_adv
+        logp = torch.log_softmax(logits[:-1, env], -1).numpy()
+        p = np.exp(logp)
+        actions = batch["action"][1:, env].numpy()
+        pi_loss = -np.sum(logp[np.arange(T), actions] * adv)
+        vf_loss = 0.5 * np.sum((v[:T] - ret) ** 2)
+        entropy = -np.sum(p * logp)
+        expected += pi_loss + 0.5 * vf_loss - 0.01 * entropy
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
+    assert float(metrics["losses/policy"]) != 0.0
+
+
+def test_one_update_is_a_hand_computed_adam_step_on_the_clipped_gradient():
+    torch.manual_seed(1)
+    global_agent = Agent(SPEC, "mlp", core_size=8)
+    reference = copy.deepcopy(global_agent)
+    server = SharedAdamServer(global_agent, num_workers=2, lr=0.01, eps=1e-8)
+    local = Agent(SPEC, "mlp", core_size=8)  # other weights: the update must sync first
+    batch = rollout(seed=3)
+    batch["reward"] *= 50.0  # a large gradient, so that clipping acts
+    settings = TrainerSettings(LOSS, grad_norm_clip=1.0, queue_size=5, action_repeats=4)
+    summary = train_step(local, server, batch, settings, worker=1)
+    # the same by hand: gradient of the loss at the global weights, clipped to norm 1, Adam
+    loss, _ = a3c_loss(reference, batch, LOSS)
+    params = list(reference.parameters())
+    grads = torch.autograd.grad(loss, params)
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+    assert float(norm) > 1.0 and summary["losses/grad_norm"] == pytest.approx(float(norm), rel=1e-5)
+    adam = torch.optim.Adam(params, lr=0.01, eps=1e-8)
+    for p, g in zip(params, grads):
+        p.grad = g / norm
+    adam.step()
+    for got, want in zip(global_agent.parameters(), params):
+        torch.testing.assert_close(got.detach(), want.detach(), rtol=1e-5, atol=1e-7)
+    assert summary["step"] == 1.0 and server.step_count == 1
+    assert server.frame_count == T * E * 4
+
+
+def _push_many(server, worker, count):
+    grads = [torch.ones_like(p) * 1e-3 for p in server.params]
+    for _ in range(count):
+        server.push(grads, worker)
+
+
+@pytest.mark.slow
+def test_two_workers_updating_the_shared_adam_lose_no_step_count():
+    agent = Agent(SPEC, "mlp", core_size=8)
+    server = SharedAdamServer(agent, num_workers=2, lr=1e-3)
+    workers = [CTX.Process(target=_push_many, args=(server, w, 400)) for w in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(60)
+        assert p.exitcode == 0
+    assert server.step_count == 800 and server.steps.tolist() == [400, 400]
+
+
+def test_the_queue_is_joined_until_an_episode_end():
+    rollouts = queue.Queue()
+    parts = [rollout(seed=0), rollout(seed=1, done_at=[(3, 1)]), rollout(seed=2)]
+    for part in parts:
+        rollouts.put(part)
+    joined = pull_rollouts(rollouts, lambda: False, timeout=1.0)
+    # the first two (the second ends an episode); the third stays for the next update
+    assert joined["reward"].shape == (1 + 2 * T, E) and rollouts.qsize() == 1
+    torch.testing.assert_close(joined["reward"][: T + 1], parts[0]["reward"])
+    # why: index 0 of the second repeats the first's last step; it appears once
+    torch.testing.assert_close(joined["reward"][T + 1 :], parts[1]["reward"][1:])
+    torch.testing.assert_close(joined["state_h"], parts[0]["state_h"])
+    alone = pull_rollouts(rollouts, lambda: False, timeout=1.0)  # nothing else waiting
+    assert alone["reward"].shape == (T + 1, E)
+    assert pull_rollouts(rollouts, lambda: True, timeout=1.0) is None
