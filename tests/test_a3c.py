@@ -137,3 +137,37 @@ def test_the_queue_is_joined_until_an_episode_end():
     alone = pull_rollouts(rollouts, lambda: False, timeout=1.0)  # nothing else waiting
     assert alone["reward"].shape == (T + 1, E)
     assert pull_rollouts(rollouts, lambda: True, timeout=1.0) is None
+
+
+@pytest.mark.slow
+def test_a3c_trains_checkpoints_resumes_and_is_tested(small_config, tmp_path):
+    import json
+    import multiprocessing
+    import os
+    import signal
+
+    from gazelle import checkpoint
+    from gazelle.algorithms import train
+    from gazelle.evaluate import evaluate
+
+    killed = []
+
+    def kill_one(progress):
+        workers = [p for p in multiprocessing.active_children() if "worker" in p.name]
+        if not killed and workers:
+            os.kill(workers[0].pid, signal.SIGKILL)
+            killed.append(workers[0].pid)
+
+    config = small_config(algo="a3c", total_frames=6000, unroll_length=10, envs_per_actor=2)
+    first = train(config, on_progress=kill_one)
+    assert killed and first.actor_restarts >= 1, "a killed worker must be replaced"
+    assert first.frames >= 6000 and first.updates > 0 and first.episodes > 0
+    state = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert state["frames"] == first.frames and state["updates"] == first.updates
+    assert int(state["optimizer"]["steps"].sum()) == first.updates  # shared Adam's state
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["algo"] == "a3c" and saved["a3c"]["unroll_length"] == 10
+    second = train(config.replace(total_frames=9000))
+    assert second.frames >= 9000 and second.updates > first.updates
+    results = evaluate(tmp_path, episodes=2, verbose=False)
+    assert len(results["levels"]["CartPole-v1"]["returns"]) == 2
