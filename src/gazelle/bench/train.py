@@ -53,7 +53,12 @@ def run(
     from gazelle.algorithms import train
 
     cores = cores or os.cpu_count() or 1
-    parts = measure_parts(config, part_seconds)
+    if config.algo == "a3c":
+        from gazelle.bench.a3c_parts import measure_a3c_parts
+
+        parts = measure_a3c_parts(config, part_seconds)
+    else:
+        parts = measure_parts(config, part_seconds)
     resolved: Config = parts["config"]
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gazelle-bench-") as logdir:
@@ -98,7 +103,7 @@ def run(
         "inference_batch": parts["inference_batch"],
         "cores": cores,
         "seconds": seconds,
-        "config": {k: resolved.get(k) for k in CONFIG_KEYS},
+        "config": {k: _get(resolved, k) for k in CONFIG_KEYS},
     }
     if verbose:
         print(table(out))
@@ -107,6 +112,7 @@ def run(
 
 
 CONFIG_KEYS = (
+    "algo",
     "env",
     "model",
     "use_lstm",
@@ -119,6 +125,16 @@ CONFIG_KEYS = (
     "learner_threads",
     "device",
 )
+
+
+def _get(config: Config, name: str) -> Any:
+    """A flat setting of `config`, or None where its algorithm has no such setting."""
+    from gazelle.config import ConfigError
+
+    try:
+        return config.get(name)
+    except ConfigError:
+        return None
 
 
 def table(out: dict[str, Any]) -> str:
@@ -148,8 +164,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--algo", default="impala", help="impala | a3c")
     parser.add_argument("--env", default="ALE/Pong-v5")
-    parser.add_argument("--model", default="shallow")
+    parser.add_argument("--model", default=None, help="default: shallow (impala), universe (a3c)")
     parser.add_argument(
         "--use-lstm",
         action=argparse.BooleanOptionalAction,
@@ -174,19 +191,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="seconds to measure each part alone (in 3 interleaved rounds; the best counts)",
     )
     args = parser.parse_args(argv)
-    config = Config.from_flat(
-        dict(
-            env=args.env,
-            model=args.model,
-            use_lstm=args.use_lstm,
-            num_actors=args.num_actors,
-            envs_per_actor=args.envs_per_actor,
-            batch_size=args.batch_size,
-            unroll_length=args.unroll_length,
-            inference=args.inference,
-            precision=args.precision,
-            learner_threads=args.learner_threads,
-            device=args.device,
-        )
+    values = dict(
+        algo=args.algo,
+        env=args.env,
+        model=args.model or ("universe" if args.algo == "a3c" else "shallow"),
+        use_lstm=args.use_lstm,
+        num_actors=args.num_actors,
+        envs_per_actor=args.envs_per_actor,
+        unroll_length=args.unroll_length,
+        precision=args.precision,
+        learner_threads=args.learner_threads,
+        device=args.device,
     )
+    if args.algo != "a3c":
+        values.update(batch_size=args.batch_size, inference=args.inference)
+    # why: flags left out keep the config's default (for A3C, fields are not optional)
+    config = Config.from_flat({k: v for k, v in values.items() if v is not None})
     run(config, seconds=args.seconds, part_seconds=args.part_seconds)

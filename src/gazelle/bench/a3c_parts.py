@@ -1,0 +1,83 @@
+"""`gazelle bench --algo a3c` parts: what one A3C worker does per agent step, alone on one
+core: step its envs, run its local policy on them (batch = envs per worker), and its share of
+an update (loss, gradient, clip, the shared Adam push). The machine's limit is then
+`cores / (env + inference + update core-seconds per step)` agent steps/s, as for IMPALA."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gazelle.bench.parts import _fake_obs, _per_core_rate, env_rate
+from gazelle.config import Config
+
+
+def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
+    """Per-core rates of env steps, local inference and the worker's update for `config`."""
+    from gazelle.algorithms.a3c.loss import A3CLossSettings
+    from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
+    from gazelle.algorithms.common import env_kwargs, prepare
+    from gazelle.backends.local.hogwild import SharedAdamServer
+    from gazelle.models import build_agent
+
+    threads = torch.get_num_threads()
+    config, found, _ = prepare(config)
+    torch.set_num_threads(1)
+    try:
+        model, a3c, spec = config.model, config.a3c, found.obs_spec
+        envs = int(config.actors.envs_per_actor or 1)
+        steps = a3c.unroll_length
+        assert model.use_lstm is not None and a3c.learning_rate is not None
+        agent = build_agent(spec, model.torso, model.use_lstm)
+        local = build_agent(spec, model.torso, model.use_lstm)
+        server = SharedAdamServer(agent, 1, lr=a3c.learning_rate, eps=a3c.epsilon)
+        settings = TrainerSettings(
+            A3CLossSettings(a3c.discounting, a3c.gae_lambda, a3c.entropy_cost,
+                            a3c.baseline_cost, a3c.reward_clipping),
+            a3c.grad_norm_clip, a3c.queue_size, found.action_repeats,
+        )  # fmt: skip
+        rollout: dict[str, torch.Tensor] = {
+            **_fake_obs(spec, (steps + 1, envs)),
+            "action": torch.randint(0, spec.num_actions, (steps + 1, envs)),
+            "reward": torch.randn(steps + 1, envs),
+            "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
+            "truncated": torch.zeros(steps + 1, envs, dtype=torch.bool),
+            "truncation_value": torch.zeros(steps + 1, envs),
+        }
+        if model.use_lstm:
+            rollout["state_h"], rollout["state_c"] = agent.initial_state(envs)
+        obs = _fake_obs(spec, (envs,))
+        state = agent.initial_state(envs)
+        zeros = torch.zeros(envs, dtype=torch.long), torch.zeros(envs)
+        done = torch.zeros(envs, dtype=torch.bool)
+
+        def act() -> int:
+            local.act(obs, zeros[0], zeros[1], done, state)
+            return envs
+
+        def update() -> int:
+            train_step(local, server, rollout, settings, 0)
+            return steps * envs
+
+        parts: dict[str, Callable[[float], float]] = {
+            "env_steps_per_core_s": functools.partial(
+                env_rate, found.levels[0], env_kwargs(config)
+            ),
+            "inference_samples_per_core_s": lambda s: _per_core_rate(act, s),
+            "learner_samples_per_core_s": lambda s: _per_core_rate(update, s),
+        }
+        rates = {name: 0.0 for name in parts}
+        for _ in range(max(1, rounds)):
+            for name, measure in parts.items():
+                rates[name] = max(rates[name], measure(seconds / max(1, rounds)))
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "rates": rates,
+        "config": config,
+        "action_repeats": found.action_repeats,
+        "inference_batch": envs,
+    }
