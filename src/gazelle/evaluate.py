@@ -20,6 +20,7 @@ import torch
 from gazelle import checkpoint
 from gazelle.config import Config
 from gazelle.models.instruction import MAX_TOKENS
+from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.types import INSTRUCTION
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -94,6 +95,11 @@ def evaluate(
 
     logdir = Path(logdir)
     state = checkpoint.load(logdir / "checkpoint.pt")
+    trained_by = read_provenance(logdir)
+    if verbose and trained_by is not None:
+        versions = ", ".join(f"{k} {v}" for k, v in trained_by["versions"].items() if v)
+        commit = trained_by.get("git_commit") or "not from a git checkout"
+        print(f"trained with {versions}; code {commit}")
     config = Config.from_dict(state["config"])
     levels = expand_levels(config.env.id, test_mode=True)
     torch.manual_seed(seed)
@@ -101,6 +107,7 @@ def evaluate(
         "episodes_per_level": episodes,
         "greedy": greedy,
         "frames_trained": int(state["frames"]),
+        "provenance": read_provenance(logdir),
         "levels": {},
     }
     agent = None

@@ -127,5 +127,9 @@ def restore(
 
 
 def write_config(logdir: Path, config: Config) -> None:
-    """The resolved config, nested by section, as `<logdir>/config.json`."""
+    """The resolved config, nested by section, as `<logdir>/config.json`, and where the run
+    came from (versions, git commit) as `provenance.json`."""
+    from gazelle.provenance import write_provenance
+
     (logdir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    write_provenance(logdir)
