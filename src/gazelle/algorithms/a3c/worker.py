@@ -22,7 +22,7 @@ from torch import nn
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
 from gazelle.algorithms.a3c.rollouts import QueueWriter, pull_rollouts
-from gazelle.backends.local.process import ChildContext, ChildLink
+from gazelle.backends.local.child import ChildContext, ChildLink
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.interfaces import ParameterServer

@@ -29,69 +29,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any
 
-import numpy as np
 import torch
 
 from gazelle.backends.local.channels import Sender, receive_all
-from gazelle.models.instruction import MAX_TOKENS
-from gazelle.types import ObsSpec
+from gazelle.backends.local.layout import (
+    SlotLayout,
+    is_state,
+)
 
 FREE, WRITING, READY = 0, 1, 2
-
-
-#: Per-unroll fields of a gathered batch (`[B, ...]`, no time axis).
-META_FIELDS = ("policy_version", "level_id", "actor_id")
-
-
-def is_state(name: str) -> bool:
-    """Per-slot fields without a time axis (the agent state at the unroll's start)."""
-    return name.startswith("state_")
-
-
-def is_per_unroll(name: str) -> bool:
-    """Fields of a gathered batch indexed `[B, ...]` rather than `[T+1, B, ...]`."""
-    return is_state(name) or name in META_FIELDS
-
-
-#: Per-step fields of a slot besides the observation: name -> dtype (shape `[T+1]`).
-STEP_FIELDS: dict[str, torch.dtype] = {
-    "reward": torch.float32,
-    "terminated": torch.bool,
-    "truncated": torch.bool,
-    "truncation_value": torch.float32,
-    "action": torch.int64,
-    "baseline": torch.float32,
-}
-
-
-@dataclass(frozen=True)
-class SlotLayout:
-    """Shapes of one unroll slot."""
-
-    unroll_length: int
-    obs_spec: ObsSpec
-    state_size: int  # LSTM hidden size; 0 for a feed-forward agent
-    instruction_tokens: int = MAX_TOKENS
-
-    def field_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """name -> (shape of one slot, dtype): `[T+1, ...]` per step field, `[H]` for state."""
-        steps = self.unroll_length + 1
-        spec = self.obs_spec
-        frame_dtype = torch.uint8 if spec.frame_dtype == np.uint8 else torch.float32
-        shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
-        shapes = {name: ((steps,), dtype) for name, dtype in STEP_FIELDS.items()}
-        shapes["frame"] = ((steps, *spec.frame_shape), frame_dtype)
-        shapes["policy_logits"] = ((steps, spec.num_actions), torch.float32)
-        if spec.has_instruction:
-            shapes["instruction"] = ((steps, self.instruction_tokens), torch.int64)
-        if self.state_size:
-            shapes["state_h"] = ((self.state_size,), torch.float32)
-            shapes["state_c"] = ((self.state_size,), torch.float32)
-        return shapes
 
 
 class UnrollBuffers:

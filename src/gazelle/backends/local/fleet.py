@@ -17,13 +17,14 @@ from typing import Any
 import torch
 
 from gazelle.backends.local.buffers import UnrollBuffers
+from gazelle.backends.local.child import ChildContext, ChildLink
 from gazelle.backends.local.inference import (
     InferenceChannels,
     InferenceServer,
     SharedMemoryInferenceClient,
 )
 from gazelle.backends.local.params import ParamStore
-from gazelle.backends.local.process import ChildContext, ChildLink, ProcessFleet
+from gazelle.backends.local.process import ProcessFleet
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy, PolicyStopped

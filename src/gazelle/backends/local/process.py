@@ -11,7 +11,6 @@ says what each process runs (`_target`, `_args`) and what to clean up when one d
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,66 +18,11 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits, receive_all
+from gazelle.backends.local.channels import receive_all
+from gazelle.backends.local.child import ChildLink
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
-
-
-@dataclasses.dataclass
-class ChildLink:
-    """What a child process gets to talk to its fleet (picklable)."""
-
-    stop: Any
-    event_writer: Any
-    heartbeats: torch.Tensor
-    index: int
-
-
-class ChildContext:
-    """In the child: `report(event)`, `beat()`, `should_stop()` (and `waiting()`, which
-    beats too, for any loop that waits on something else)."""
-
-    def __init__(self, link: ChildLink) -> None:
-        self.link = link
-        self.report = event_sender(link.event_writer)
-        self._parent = os.getppid()
-
-    def should_stop(self) -> bool:
-        # why: a trainer killed with SIGKILL never sets the stop event; an orphan is
-        # re-parented, so a changed parent pid means the run is gone.
-        return bool(self.link.stop.is_set()) or os.getppid() != self._parent
-
-    def beat(self) -> None:
-        self.link.heartbeats[self.link.index] = time.monotonic()
-
-    def waiting(self) -> bool:
-        """`should_stop()` for wait loops: a process waiting is not hung, so it beats."""
-        self.beat()
-        return self.should_stop()
-
-
-def event_sender(conn: Any) -> Callable[[dict[str, Any]], None]:
-    """A child's `report`: sends events through its own pipe without ever blocking (see
-    `gazelle.backends.local.channels`); an unroll event too big for one atomic message goes
-    as several, its episodes split among them; a fault's message is cut to fit."""
-    sender = Sender(conn)
-
-    def report(event: dict[str, Any]) -> None:
-        if fits(event):
-            sender.send(event)
-        elif len(event.get("episodes", ())) > 1:
-            half = len(event["episodes"]) // 2
-            report({**event, "episodes": event["episodes"][:half]})
-            # why: the rest of the event (timings, counts, metrics) goes once, with part 1.
-            report({"type": event["type"], "level_id": event.get("level_id", 0),
-                    "episodes": event["episodes"][half:]})  # fmt: skip
-        elif isinstance(event.get("message"), str) and len(event["message"]) > 200:
-            report({**event, "message": "..." + event["message"][-(MAX_MESSAGE // 2) :]})
-        else:
-            sender.send(event)  # counted as dropped if it still does not fit
-
-    return report
 
 
 class ProcessFleet:

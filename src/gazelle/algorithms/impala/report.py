@@ -1,0 +1,110 @@
+"""IMPALA's loop's reporting: progress rows and TensorBoard scalars, the first log line,
+the human-normalised scores, and what a non-finite update says."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gazelle.algorithms.impala.build import ImpalaRun
+from gazelle.algorithms.telemetry import Telemetry
+from gazelle.logging import RunLogger, Timings
+
+
+class NonFiniteError(RuntimeError):
+    """Too many updates in a row had a non-finite loss or gradient."""
+
+
+def report_nonfinite(run: ImpalaRun, frames: int) -> None:
+    """Report a skipped update; stop the run after `--max-nonfinite-updates` in a row."""
+    learner, limit = run.learner, run.config.run.max_nonfinite_updates
+    print(
+        f"\ngazelle: warning: non-finite loss or gradient at {frames:,} frames; update "
+        f"skipped ({learner.skipped_in_a_row} in a row, {learner.skipped} in all), weights "
+        "and optimiser state unchanged"
+    )
+    if learner.skipped_in_a_row >= limit:
+        raise NonFiniteError(
+            f"{learner.skipped_in_a_row} updates in a row had a non-finite loss or gradient "
+            f"(--max-nonfinite-updates {limit}); stopping. The checkpoint keeps the last "
+            "good weights; try a lower --learning-rate, --grad-norm-clip, or check the env's "
+            "rewards and observations"
+        )
+
+
+def inference_metrics(stats: dict[str, float], seen: dict[str, float]) -> dict[str, float]:
+    """Mean envs per central inference batch since the last call (`seen` is updated)."""
+    batches = stats.get("batches", 0.0) - seen["batches"]
+    if batches <= 0:
+        return {}
+    mean = (stats["rows"] - seen["rows"]) / batches
+    seen.update(batches=stats["batches"], rows=stats["rows"])
+    return {"charts/inference_batch": mean}
+
+
+def log_progress(
+    run: ImpalaRun,
+    state: Any,
+    logger: RunLogger,
+    timings: Timings,
+    telemetry: Telemetry,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    fps = state.fps()
+    scalars = {**{k: float(v) for k, v in state.metrics.items()}, "charts/fps": fps}
+    scalars.update(timings.means())
+    scalars.update(scores(run, logger))
+    logger.scalars(scalars, state.frames)
+    counts = telemetry.take_action_counts()
+    if counts is not None:
+        logger.histogram("charts/action", np.repeat(np.arange(len(counts)), counts), state.frames)
+    logger.progress(state.frames, fps, scalars)
+    logger.console_line(state.frames, fps)
+    timings.reset()
+    if on_progress is not None:
+        on_progress(
+            {
+                "frames": state.frames,
+                "fps": fps,
+                "time": time.monotonic(),
+                "updates": state.updates,
+                "episode_return": logger.recent_return(),
+                **{k: v for k, v in scalars.items() if k.startswith("timing/")},
+            }
+        )
+
+
+def scores(run: ImpalaRun, logger: RunLogger) -> dict[str, float]:
+    """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
+    every level is in a score table and has returns; {} otherwise."""
+    from gazelle.envs import scores
+
+    returns = {level: list(values) for level, values in logger.level_returns().items()}
+    if len(returns) < len(run.levels) or not all(returns.values()):
+        return {}
+    try:
+        no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
+        cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
+    except (KeyError, ValueError):
+        return {}
+    return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+
+
+def describe(run: ImpalaRun) -> str:
+    """The first log line: what runs, with every resolved choice a user did not make."""
+    cfg = run.config
+    env = cfg.env
+    atari = ""
+    if run.probe.kind == "atari":
+        atari = f" sticky_actions={env.sticky_actions} life_loss={env.life_loss}"
+    return (
+        f"gazelle: impala on {env.id}{atari}: model={cfg.model.torso} "
+        f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
+        f"inference={cfg.actors.inference} device={run.device} B={run.batch_size} "
+        f"T={run.unroll_length} optimizer={cfg.impala.optimizer} lr={run.learning_rate:g} "
+        f"eps={cfg.impala.epsilon:g} entropy={cfg.impala.entropy_cost:g} "
+        f"preset={cfg.impala.preset} total_frames={run.total_frames:,}"
+    )
