@@ -53,7 +53,8 @@ def main() -> None:
     train_args = [a for a in train_args if a != "--"]
     seconds = args.minutes * 60.0
     cmd = ["gazelle", "train", *train_args, "--max-seconds", str(seconds)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    # The run's own console goes to our stderr, so that a run that fails at once says why.
+    proc = subprocess.Popen(cmd, stdout=sys.stderr, stderr=subprocess.STDOUT)
     start = time.monotonic()
     samples: list[dict[str, object]] = []
     print(f"soak: {' '.join(cmd)}", flush=True)
@@ -86,7 +87,8 @@ def main() -> None:
         for i, (a, b) in enumerate(zip(first["actors_mib"], last["actors_mib"])):  # type: ignore[call-overload]
             growth[f"actor_{i}"] = round(b - a, 1)
     flat = bool(growth) and all(abs(g) < args.tolerance_mib for g in growth.values())
-    print(json.dumps({"samples": samples, "growth_mib": growth, "flat": flat}))
+    report = {"samples": samples, "growth_mib": growth, "flat": flat, "rc": proc.returncode}
+    print(json.dumps(report))
     sys.exit(0 if proc.returncode in (0, None) else proc.returncode)
 
 

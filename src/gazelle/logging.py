@@ -1,4 +1,5 @@
-"""Run logging: TensorBoard scalars, a JSONL progress file, a live console line, timings.
+"""Run logging: TensorBoard scalars, a JSONL progress file, the console, timings, and any
+further sink of the progress rows (Weights & Biases: `gazelle.tracking`).
 
 Metric names are used verbatim and are the caller's to keep stable and namespaced
 (``losses/total``, ``charts/fps``, ``timing/env``). Episode returns follow the IMPALA seed:
@@ -13,26 +14,43 @@ import json
 import logging as std_logging  # why: this module shadows the name inside the package only
 import math
 import os
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 import torch
 
+from gazelle.console import (
+    LineConsole,
+    Progress,
+    ProgressDisplay,
+    format_count,
+    format_duration,
+    format_line,
+)
 from gazelle.timings import Timings
 
-__all__ = ["RunLogger", "Timings", "format_count", "format_duration"]
-
-__all__ = ["RunLogger", "Timings", "format_count", "format_duration"]
+__all__ = ["RowSink", "RunLogger", "Timings", "format_count", "format_duration"]
 
 _log = std_logging.getLogger("gazelle")
 
 #: Episodes kept per level (and overall) for ``recent_return``.
 RETURN_WINDOW = 100
 PROGRESS_FILE = "progress.jsonl"
+
+
+class RowSink(Protocol):
+    """Somewhere else each progress row goes (a tracking service)."""
+
+    def log_row(self, row: Mapping[str, Any]) -> None:
+        """Record one row of ``progress.jsonl`` (``frames`` is its step)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and finish."""
+        ...
 
 
 def _to_float(value: float | int | torch.Tensor | np.generic) -> float:
@@ -47,37 +65,20 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def format_count(n: float) -> str:
-    """Human-readable count: ``950``, ``12.3K``, ``1.2M``, ``4.0G``."""
-    for threshold, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= threshold:
-            return f"{n / threshold:.1f}{suffix}"
-    return f"{n:.0f}"
-
-
-def format_duration(seconds: float) -> str:
-    """``h:mm:ss`` (with a ``Nd`` prefix beyond a day); ``?`` when unknown or infinite."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    total = int(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{days}d {clock}" if days else clock
-
-
 class RunLogger:
     """Logs one training run to ``logdir``: TensorBoard events, ``progress.jsonl``, console.
 
     Args:
         logdir: directory of the run; created if missing.
-        total_frames: the run's frame budget, for the console's time-left estimate.
+        total_frames: the run's frame budget, for the console's share and time left.
         tensorboard: write TensorBoard event files (``scalars``/``histogram``/``episode``).
-        console: write the live console line (``console_line``).
-        console_interval_s: minimum seconds between console lines when the stream is not a
-            TTY (a log file); on a TTY the line is rewritten in place on every call.
-        stream: where the console line goes (default: `sys.stdout` at construction).
+        console: the display ``console_line`` feeds (`gazelle.console.make_console`), True
+            for plain lines on ``stream`` (`LineConsole`), False for none.
+        console_interval_s: with ``console=True``: minimum seconds between lines when the
+            stream is not a TTY (a log file); on a TTY the line is rewritten in place.
+        stream: with ``console=True``: where the lines go (default: `sys.stdout`).
+        sinks: where each progress row also goes (`gazelle.tracking.WandbSink`); closed
+            with the logger.
         resume_frames: when resuming from a checkpoint taken at this many frames: TensorBoard
             events logged after it by the earlier run are purged, rows of ``progress.jsonl``
             with more frames are dropped, and ``time`` continues from the last row kept.
@@ -89,24 +90,21 @@ class RunLogger:
         *,
         total_frames: int | None = None,
         tensorboard: bool = True,
-        console: bool = True,
+        console: bool | ProgressDisplay = True,
         console_interval_s: float = 5.0,
         stream: IO[str] | None = None,
         resume_frames: int | None = None,
+        sinks: Sequence[RowSink] = (),
     ) -> None:
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.total_frames = total_frames
-        self._console = console
-        self._console_interval_s = console_interval_s
-        # why: looked up now, not bound at import, so a redirected stdout is honoured.
-        self._stream = stream if stream is not None else sys.stdout
-        self._is_tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        if console is True:
+            console = LineConsole(stream, interval_s=console_interval_s)
+        self._console = None if isinstance(console, bool) else console
+        self._sinks = list(sinks)
         self._start = time.monotonic()
         self._time_offset = 0.0
-        self._last_console = -math.inf
-        self._line_open = False  # a TTY line without its newline yet
-        self._line_width = 0
         self._returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
         self._level_returns: dict[str, collections.deque[float]] = {}
         self.progress_path = self.logdir / PROGRESS_FILE
@@ -193,6 +191,8 @@ class RunLogger:
             row[name] = _json_number(_to_float(value))
         self._progress.write(json.dumps(row, allow_nan=False).encode() + b"\n")
         self._progress.flush()
+        for sink in self._sinks:
+            sink.log_row(row)
         return row
 
     def _truncate_progress(self, resume_frames: int) -> float:
@@ -214,42 +214,48 @@ class RunLogger:
         os.replace(tmp, self.progress_path)
         return last_time
 
+    def snapshot(
+        self,
+        frames: int,
+        fps: float,
+        *,
+        policy_lag: float | None = None,
+        actor_restarts: int | None = None,
+    ) -> Progress:
+        """Where the run stands (`gazelle.console.Progress`), for the console."""
+        return Progress(
+            frames=int(frames),
+            fps=float(fps),
+            elapsed_s=self.elapsed(),
+            total_frames=self.total_frames,
+            recent_return=self.recent_return(),
+            level_returns={level: self.recent_return(level) for level in self._level_returns},
+            policy_lag=policy_lag,
+            actor_restarts=actor_restarts,
+        )
+
     def format_line(self, frames: int, fps: float) -> str:
-        """The console line: frames, frames/s, recent return, elapsed, time left."""
-        recent = self.recent_return()
-        parts = [f"frames {format_count(frames)}"]
-        if self.total_frames:
-            parts[0] += f"/{format_count(self.total_frames)}"
-        parts.append(f"{fps:,.0f} fps")
-        parts.append("return " + ("-" if recent is None else f"{recent:.2f}"))
-        parts.append(f"elapsed {format_duration(self.elapsed())}")
-        if self.total_frames:
-            left = (self.total_frames - frames) / fps if fps > 0 else math.inf
-            parts.append(f"left {format_duration(max(left, 0.0))}")
-        return " | ".join(parts)
+        """The plain console line: frames, frames/s, recent return, elapsed, time left."""
+        return format_line(self.snapshot(frames, fps))
 
-    def console_line(self, frames: int, fps: float, *, force: bool = False) -> bool:
-        """Show the progress line; returns whether anything was written.
+    def console_line(
+        self,
+        frames: int,
+        fps: float,
+        *,
+        force: bool = False,
+        policy_lag: float | None = None,
+        actor_restarts: int | None = None,
+    ) -> bool:
+        """Show the progress on the console; returns whether anything was shown.
 
-        On a TTY the line is rewritten in place (carriage return) on every call; otherwise
+        With plain lines: on a TTY the line is rewritten in place on every call; otherwise
         a full line is written at most every ``console_interval_s`` (or when ``force``).
         """
-        if not self._console:
+        if self._console is None:
             return False
-        now = time.monotonic()
-        if not (self._is_tty or force or now - self._last_console >= self._console_interval_s):
-            return False
-        self._last_console = now
-        line = self.format_line(frames, fps)
-        if self._is_tty:
-            padding = " " * max(self._line_width - len(line), 0)  # erase a longer old line
-            self._stream.write("\r" + line + padding)
-            self._line_width = len(line)
-            self._line_open = True
-        else:
-            self._stream.write(line + "\n")
-        self._stream.flush()
-        return True
+        progress = self.snapshot(frames, fps, policy_lag=policy_lag, actor_restarts=actor_restarts)
+        return self._console.update(progress, force=force)
 
     def flush(self) -> None:
         """Flush TensorBoard events and the progress file."""
@@ -258,16 +264,18 @@ class RunLogger:
         self._progress.flush()
 
     def close(self) -> None:
-        """Flush and close the writers; end an open console line with a newline."""
+        """Flush and close the writers and sinks; leave the console's last state shown."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         if not self._progress.closed:
             self._progress.close()
-        if self._line_open:
-            self._stream.write("\n")
-            self._stream.flush()
-            self._line_open = False
+        if self._console is not None:
+            self._console.close()
+            self._console = None
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            sink.close()
 
     def __enter__(self) -> RunLogger:
         return self

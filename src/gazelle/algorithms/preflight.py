@@ -1,5 +1,6 @@
 """Checks that turn bad input into one line before any process starts: a torso that does not
-fit the observations, a logdir that cannot be written or that holds another run."""
+fit the observations, a logdir that cannot be written or that holds another run, W&B asked
+for without the wandb package."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from gazelle.types import ObsSpec
 
 #: Settings a run in a logdir must share with the one that wrote its checkpoint.
 RESUME_KEYS = ("algo", "env", "model", "use_lstm")
+#: Values of --wandb-mode.
+WANDB_MODES = ("online", "offline")
 
 
 def check_torso(config: Config, spec: ObsSpec) -> None:
@@ -63,3 +66,21 @@ def check_logdir(config: Config) -> None:
                 f"{saved.get(key)!r}, as the run in {logdir} that this one would resume; or "
                 "another --logdir, or --no-resume",
             )
+
+
+def check_wandb(config: Config) -> None:
+    """With --wandb: a known --wandb-mode, and the wandb package importable."""
+    run = config.run
+    if not run.wandb:
+        return
+    if run.wandb_mode is not None and run.wandb_mode not in WANDB_MODES:
+        raise ConfigError("wandb_mode", run.wandb_mode, " | ".join(WANDB_MODES))
+    try:
+        import wandb  # noqa: F401 - only whether it imports
+    except ImportError as err:
+        raise ConfigError(
+            "wandb",
+            True,
+            "pip install 'gazelle[wandb]' (or pip install wandb) first, or no --wandb",
+            problem="W&B tracking needs the wandb package, which is not installed",
+        ) from err

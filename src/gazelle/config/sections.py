@@ -117,6 +117,18 @@ class RunConfig:
     max_nonfinite_updates: int = 10
     """Stop the run after this many updates in a row with a non-finite loss or gradient
     (each one is skipped, leaving weights and optimiser state untouched)."""
+    quiet: bool = False
+    """No progress display or per-interval lines on the console; warnings, errors and the
+    final summary are still printed."""
+    wandb: bool = False
+    """Also log to Weights & Biases: every progress row and the resolved config (needs
+    pip install 'gazelle[wandb]')."""
+    wandb_project: str = "gazelle"
+    """The W&B project of the run (with --wandb)."""
+    wandb_mode: str | None = None
+    """W&B mode (with --wandb): online, or offline (no network: files under
+    <logdir>/wandb, uploaded later by wandb sync); unset: wandb's own setting (WANDB_MODE,
+    else online)."""
 
 
 @dataclass(frozen=True)

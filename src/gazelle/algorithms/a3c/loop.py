@@ -16,6 +16,7 @@ import numpy as np
 from gazelle.algorithms.a3c.loss import A3CLossSettings
 from gazelle.algorithms.a3c.worker import TrainerSettings, worker_process
 from gazelle.algorithms.common import EnvProbe, env_kwargs, prepare
+from gazelle.algorithms.preflight import check_wandb
 from gazelle.algorithms.runstate import (
     CHECKPOINT_FILE,
     TrainResult,
@@ -31,6 +32,7 @@ from gazelle.config import Config, ConfigError
 from gazelle.logging import RunLogger, Timings
 from gazelle.models import build_agent
 from gazelle.runtime.actor import ActorSpec
+from gazelle.tracking import open_run_logger
 
 #: Seconds between two looks at the workers' events.
 POLL_S = 0.05
@@ -65,6 +67,7 @@ def train(
         raise ConfigError("algo", config.algo, "a3c (this is A3C's loop)")
     if config.actors.backend != "local":
         raise ConfigError("backend", config.actors.backend, "local (A3C runs on one machine)")
+    check_wandb(config)
     config, found, device = prepare(config)
     a3c, model = config.a3c, config.model
     assert a3c.learning_rate is not None and model.use_lstm is not None
@@ -79,7 +82,7 @@ def train(
         episodes = counters["episodes"]
         print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
     total = int(config.run.total_frames or 0)
-    logger = RunLogger(logdir, total_frames=total, resume_frames=server.frame_count or None)
+    logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
     write_config(logdir, config)
     print(_describe(config, len(specs)))
     settings = TrainerSettings(
@@ -135,7 +138,9 @@ def train(
         save(ckpt_path, config, agent, server, server.frame_count, server.step_count,
              telemetry.episodes, found.levels)  # fmt: skip
         logger.progress(server.frame_count, fps(), {})
-        logger.console_line(server.frame_count, fps(), force=True)
+        logger.console_line(
+            server.frame_count, fps(), force=True, actor_restarts=telemetry.restarts
+        )
         logger.close()
     return TrainResult(
         frames=server.frame_count,
@@ -178,7 +183,7 @@ def _log(
     )
     logger.scalars(scalars, frames)
     logger.progress(frames, fps, scalars)
-    logger.console_line(frames, fps)
+    logger.console_line(frames, fps, actor_restarts=telemetry.restarts)
     timings.reset()
     if on_progress is not None:
         on_progress(

@@ -16,11 +16,13 @@ import torch
 from gazelle.algorithms.impala.build import ImpalaRun, build
 from gazelle.algorithms.impala.report import (
     NonFiniteError,
+    console_extras,
     describe,
     inference_metrics,
     log_progress,
     report_nonfinite,
 )
+from gazelle.algorithms.preflight import check_wandb
 from gazelle.algorithms.runstate import (
     CHECKPOINT_FILE,
     TrainResult,
@@ -36,6 +38,7 @@ from gazelle.logging import RunLogger, Timings
 from gazelle.optim import polynomial_decay
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
+from gazelle.tracking import open_run_logger
 
 __all__ = ["CHECKPOINT_FILE", "NonFiniteError", "TrainResult", "train"]
 
@@ -68,6 +71,7 @@ def train(
 
     `on_progress` gets a dict at every log interval; `loss_fn` replaces the V-trace loss
     (see `build`)."""
+    check_wandb(config)
     run = build(config, loss_fn)
     cfg = run.config
     logdir = Path(cfg.run.logdir)
@@ -79,10 +83,8 @@ def train(
             f"gazelle: resumed from {ckpt_path} at {counters['frames']:,} frames "
             f"({counters['updates']} updates)"
         )
-    logger = RunLogger(
-        logdir,
-        total_frames=run.total_frames,
-        resume_frames=counters["frames"] or None,
+    logger = open_run_logger(
+        cfg, total_frames=run.total_frames, resume_frames=counters["frames"] or None
     )
     write_config(logdir, cfg)
     print(describe(run))
@@ -124,7 +126,7 @@ def train(
         )
         fps = state.fps()
         logger.progress(state.frames, fps, {k: float(v) for k, v in state.metrics.items()})
-        logger.console_line(state.frames, fps, force=True)
+        logger.console_line(state.frames, fps, force=True, **console_extras(state, telemetry))
         logger.close()
     return TrainResult(
         frames=state.frames,

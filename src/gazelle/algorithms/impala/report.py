@@ -62,7 +62,7 @@ def log_progress(
     if counts is not None:
         logger.histogram("charts/action", np.repeat(np.arange(len(counts)), counts), state.frames)
     logger.progress(state.frames, fps, scalars)
-    logger.console_line(state.frames, fps)
+    logger.console_line(state.frames, fps, **console_extras(state, telemetry))
     timings.reset()
     if on_progress is not None:
         on_progress(
@@ -75,6 +75,16 @@ def log_progress(
                 **{k: v for k, v in scalars.items() if k.startswith("timing/")},
             }
         )
+
+
+def console_extras(state: Any, telemetry: Telemetry) -> dict[str, Any]:
+    """What the console shows beyond frames and returns: the policy lag of the last batch
+    (None before the first update) and the actor restarts so far."""
+    lag = state.metrics.get("charts/policy_lag")
+    return {
+        "policy_lag": None if lag is None else float(lag),
+        "actor_restarts": telemetry.restarts,
+    }
 
 
 def scores(run: ImpalaRun, logger: RunLogger) -> dict[str, float]:
