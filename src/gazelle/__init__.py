@@ -3,9 +3,13 @@
 The public API, re-exported lazily (PEP 562) so that `import gazelle.envs` in an actor
 process does not pay for the whole package:
 
-    from gazelle import Config, train, evaluate, make, Agent
+    import gazelle
 
-    result = train(Config.from_flat({"env": "CartPole-v1", "total_frames": 1_000_000}))
+    result = gazelle.train(gazelle.Config.of(env="CartPole-v1", total_frames=1_000_000))
+    gazelle.evaluate(result.logdir, episodes=10)
+
+Torsos and envs of your own: `gazelle.register_torso(name, factory)` and
+`gazelle.register_env(name, maker)` (docs/api.md).
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Config": "gazelle.config",
     "ConfigError": "gazelle.config",
-    "train": "gazelle.algorithms",
+    "train": "gazelle.api",
     "TrainResult": "gazelle.algorithms.runstate",
     "evaluate": "gazelle.evaluate",
+    "register_torso": "gazelle.plugins",
+    "register_env": "gazelle.plugins",
+    "Torso": "gazelle.models.torsos",
     "make": "gazelle.envs",
     "Agent": "gazelle.models",
     "ObsSpec": "gazelle.types",

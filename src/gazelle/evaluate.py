@@ -86,8 +86,23 @@ def evaluate(
 ) -> dict[str, Any]:
     """Evaluate the checkpoint in `logdir`; returns (and writes) the results dict.
 
-    `video`: record the first `video` episodes of each level as GIFs in `logdir/videos`
-    (their paths, relative to `logdir`, go into each level's `videos`).
+    Args:
+        logdir: a run's directory (its `checkpoint.pt` and config).
+        episodes: whole episodes per level.
+        greedy: take the argmax action instead of sampling from the policy.
+        seed: seeds torch and level i's env (`seed + i`).
+        verbose: print the returns, the score and where the results went.
+        video: record the first `video` episodes of each level as GIFs in `logdir/videos`
+            (their paths, relative to `logdir`, go into each level's `videos`).
+
+    Returns:
+        `{"levels": {level: {"mean_return", "std_return", "returns"[, "videos"]}},
+        "episodes_per_level", "greedy", "frames_trained", "provenance"}`, plus
+        `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
+        reference scores; the same dict is written to `logdir/test_results.json`.
+
+    A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
+    must be registered in this process too (test mode runs here, in no child process).
     """
     from gazelle.algorithms.common import env_kwargs
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores

@@ -8,6 +8,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import torch
+
 from gazelle.config import Config, ConfigError
 from gazelle.types import ObsSpec
 
@@ -18,20 +20,26 @@ WANDB_MODES = ("online", "offline")
 
 
 def check_torso(config: Config, spec: ObsSpec) -> None:
-    """The torso must take the env's frames (image torsos images, mlp vectors)."""
+    """The torso must take the env's frames (image torsos images, mlp vectors); a torso of
+    the user's own (`gazelle.register_torso`) must also map two frames to
+    `[2, output_size]` features."""
+    from gazelle import plugins
+    from gazelle.models import custom
     from gazelle.models.torsos import TORSOS, make_torso
 
     torso = config.model.torso
+    shape = tuple(spec.frame_shape)
     try:
-        make_torso(torso, tuple(spec.frame_shape))
+        built = make_torso(torso, shape)
+        if plugins.torso_ref(torso) is not None:
+            dtype = torch.uint8 if spec.is_image else torch.float32
+            custom.check_forward(built, torso, shape, dtype)
     except ValueError as err:
-        fitting = [
-            name for name, cls in TORSOS.items() if cls.is_image == (len(spec.frame_shape) == 3)
-        ]
+        fitting = [name for name, cls in TORSOS.items() if cls.is_image == (len(shape) == 3)]
         raise ConfigError(
             "model",
             torso,
-            f"a torso for {tuple(spec.frame_shape)} frames: {' | '.join(fitting)} ({err})",
+            f"a torso for {shape} frames: {' | '.join([*fitting, *plugins.torso_names()])} ({err})",
         ) from err
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gazelle import plugins
 from gazelle.config.core import Config
 from gazelle.config.errors import ConfigError
 
@@ -55,7 +56,7 @@ def validate(config: Config) -> Config:
     env = config.env.id
     if not isinstance(env, str) or not env.strip():
         raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")
-    check.choice("model", TORSO_CHOICES)
+    _validate_torso(config.model.torso)
     check.choice("init", ("seed", "torch"))
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)
@@ -90,6 +91,16 @@ def validate(config: Config) -> Config:
     elif config.algo == "a3c":
         _validate_a3c(check)
     return config
+
+
+def _validate_torso(torso: Any) -> None:
+    """A built-in torso, one registered with `gazelle.register_torso`, or a `module:attr`
+    factory path (whether it builds and fits the frames is checked once the env is known:
+    `gazelle.algorithms.preflight.check_torso`)."""
+    if torso in TORSO_CHOICES or (isinstance(torso, str) and plugins.torso_ref(torso)):
+        return
+    allowed = (*TORSO_CHOICES, *plugins.torso_names(), "a registered torso or 'module:attr'")
+    raise ConfigError("model", torso, " | ".join(allowed))
 
 
 def _validate_a3c(check: _Checks) -> None:

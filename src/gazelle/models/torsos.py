@@ -251,15 +251,9 @@ TORSOS: dict[str, type[Torso]] = {
 }
 
 
-def make_torso(name: str, frame_shape: tuple[int, ...]) -> Torso:
-    """Builds torso `name` for frames of `frame_shape`, checking the two fit together.
-
-    Raises:
-        ValueError: an unknown name, or an image torso for vector frames (or the reverse).
-    """
-    if name not in TORSOS:
-        raise ValueError(f"unknown torso {name!r}; expected one of {sorted(TORSOS)}")
-    cls = TORSOS[name]
+def check_frames(name: str, cls: type[Torso], frame_shape: tuple[int, ...]) -> None:
+    """Raise ValueError unless torso class `cls` takes frames of `frame_shape` (image torsos
+    `[C, H, W]`, vector torsos `[D]`)."""
     is_image = len(frame_shape) == 3
     if cls.is_image and not is_image:
         raise ValueError(
@@ -271,4 +265,21 @@ def make_torso(name: str, frame_shape: tuple[int, ...]) -> Torso:
             f"torso {name!r} needs vector frames [D], got frame shape {tuple(frame_shape)};"
             " use an image torso (deep, shallow, nature, universe) for images"
         )
+
+
+def make_torso(name: str, frame_shape: tuple[int, ...]) -> Torso:
+    """Builds torso `name` for frames of `frame_shape`, checking the two fit together.
+
+    `name` is a built-in torso (`TORSOS`), one registered with `gazelle.register_torso`, or
+    a `module:attr` factory path (`gazelle.models.custom`).
+
+    Raises:
+        ValueError: an unknown name, or an image torso for vector frames (or the reverse).
+    """
+    if name not in TORSOS:
+        from gazelle.models import custom  # why: custom imports this module
+
+        return custom.build(name, tuple(frame_shape))
+    cls = TORSOS[name]
+    check_frames(name, cls, tuple(frame_shape))
     return cls(tuple(frame_shape))

@@ -45,6 +45,9 @@ class ActorSpec:
     instruction_tokens: int = MAX_TOKENS
     slot_timeout_s: float = 600.0
     response_timeout_s: float = 120.0
+    #: Batch size B when the actor acts in lockstep with the learner (one actor, local
+    #: inference: exact repeats of a seeded run; see `LocalPolicy`); None: free-running.
+    lockstep_batch: int | None = None
 
 
 def actor_agent(spec: ActorSpec) -> Agent:

@@ -16,6 +16,8 @@ any reset message.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -81,19 +83,60 @@ class _StatefulPolicy:
 
 
 class LocalPolicy(_StatefulPolicy):
-    """The actor's own agent copy; pulls weights from `params` at each unroll's start."""
+    """The actor's own agent copy; pulls weights from `params` at each unroll's start.
 
-    def __init__(self, agent: Agent, params: ParamSource, num_envs: int) -> None:
+    With `lockstep_batch` (B, one actor only), unroll k of this policy waits until the
+    learner has made every update the first k unrolls allow, `first version + k * E // B`
+    (E envs): the weights each unroll acts with are then a function of k, not of timing, so
+    a seeded run repeats exactly (the actor idles while the learner updates). `waiting()` is
+    called while it waits (True: stop, raises `PolicyStopped`). After `lockstep_timeout_s`
+    without that version (the learner skipped a non-finite update, which publishes nothing)
+    it counts afresh from the version it has: the run goes on, no longer in step.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        params: ParamSource,
+        num_envs: int,
+        lockstep_batch: int | None = None,
+        waiting: Callable[[], bool] = lambda: False,
+        lockstep_timeout_s: float = 30.0,
+    ) -> None:
         self.agent, self.params = agent.eval(), params
         self.state: AgentState = agent.initial_state(num_envs)
         self._version = -1
+        self.num_envs, self.lockstep_batch = num_envs, lockstep_batch
+        self.waiting, self.lockstep_timeout_s = waiting, lockstep_timeout_s
+        self._unrolls, self._first_version = 0, -1
 
     @property
     def version(self) -> int:
         return self._version
 
     def begin_unroll(self) -> None:
+        if self.lockstep_batch is not None and self._unrolls > 0:
+            # why: after k unrolls (k * E slots) the learner can make at most k * E // B
+            # updates, so waiting for exactly that many is never waiting for the impossible,
+            # and the version pulled then is the same in every run.
+            target = self._first_version + self._unrolls * self.num_envs // self.lockstep_batch
+            if not self._wait_for(target):
+                self._unrolls = 0  # why: count afresh, or every later unroll would wait too
         self._version = self.params.pull(self.agent, self._version)
+        if self._unrolls == 0:
+            self._first_version = self._version
+        self._unrolls += 1
+
+    def _wait_for(self, version: int) -> bool:
+        """Wait until the learner has published `version`; False after the timeout."""
+        start = time.monotonic()
+        while self.params.current_version() < version:
+            if self.waiting():
+                raise PolicyStopped
+            if time.monotonic() - start > self.lockstep_timeout_s:
+                return False
+            time.sleep(0.001)  # why: a learner update takes milliseconds at least
+        return True
 
     def _call(
         self,

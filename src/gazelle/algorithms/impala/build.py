@@ -91,6 +91,15 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     actors, impala = config.actors, config.impala
     assert actors.num_actors and actors.envs_per_actor and impala.unroll_length
     levels = found.levels
+    # why: with one actor, only the timing of its weight pulls differs between two runs of
+    # one seed; acting in lockstep with the learner removes it (docs/usage.md,
+    # Reproducibility). A dropped stale unroll would leave the learner short of updates.
+    lockstep = (
+        actors.lockstep
+        and actors.num_actors == 1
+        and actors.inference == "local"
+        and impala.max_policy_lag is None
+    )
     return [
         ActorSpec(
             actor_id=i,
@@ -103,6 +112,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             use_lstm=bool(config.model.use_lstm),
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
+            lockstep_batch=impala.batch_size if lockstep else None,
         )
         for i in range(actors.num_actors)
     ]

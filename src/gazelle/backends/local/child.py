@@ -1,6 +1,6 @@
-"""The child's side of a `ProcessFleet`: what a process gets to talk to its fleet
-(`ChildLink`) and the helpers it builds from it (`ChildContext`: report events, beat, see
-whether to stop)."""
+"""The child's side of a `ProcessFleet`: its entry point (`child_main`), what a process gets
+to talk to its fleet (`ChildLink`) and the helpers it builds from it (`ChildContext`: report
+events, beat, see whether to stop)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,20 @@ from typing import Any
 
 import torch
 
+from gazelle import plugins
 from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
+
+
+def child_main(
+    registrations: plugins.Registrations, target: Callable[..., None], args: tuple[Any, ...]
+) -> None:
+    """Every child process starts here: the parent's registered torsos and envs first
+    (`gazelle.plugins`), then `target(*args)`."""
+    # why: a spawned child imports gazelle afresh; what the user registered in the parent
+    # (perhaps under `if __name__ == "__main__":`, which the child does not run) must be in
+    # place before the child builds its agent or its envs.
+    registrations.restore()
+    target(*args)
 
 
 @dataclasses.dataclass

@@ -42,7 +42,13 @@ def make_policy(
             channels, spec.actor_id, should_stop, spec.response_timeout_s
         )
         return CentralPolicy(client, spec.envs_per_actor)
-    return LocalPolicy(actor_agent(spec), params, spec.envs_per_actor)
+    return LocalPolicy(
+        actor_agent(spec),
+        params,
+        spec.envs_per_actor,
+        lockstep_batch=spec.lockstep_batch,
+        waiting=should_stop,
+    )
 
 
 def actor_process(

@@ -5,7 +5,8 @@ own event pipe.
 Processes start with `spawn` (never a bare fork of a process that already runs torch
 threads: a known source of silent deadlocks), so the same code runs on macOS. A subclass
 says what each process runs (`_target`, `_args`) and what to clean up when one dies
-(`_on_death`).
+(`_on_death`). Every child starts in `child_main`, which first replays the parent's
+registered torsos and envs (`gazelle.plugins`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from gazelle import plugins
 from gazelle.backends.local.channels import receive_all
-from gazelle.backends.local.child import ChildLink
+from gazelle.backends.local.child import ChildLink, child_main
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
@@ -95,8 +97,8 @@ class ProcessFleet:
         link = ChildLink(self.stop_event, event_writer, self.heartbeats, index)
         self._to_close: list[Any] = [event_writer]
         process = self.ctx.Process(
-            target=self._target(),
-            args=self._args(index, spec, link),
+            target=child_main,
+            args=(plugins.capture(), self._target(), self._args(index, spec, link)),
             name=f"gazelle-{self.kind}-{spec.actor_id}",
             daemon=True,
         )
