@@ -103,6 +103,27 @@ def test_one_update_is_a_hand_computed_adam_step_on_the_clipped_gradient():
     assert server.frame_count == T * E * 4
 
 
+def test_the_learning_rate_decays_linearly_over_the_frames_when_asked():
+    grads_of = lambda server: [torch.full_like(p, 0.5) for p in server.params]  # noqa: E731
+    constant = SharedAdamServer(Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01)
+    decayed = SharedAdamServer(
+        Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01, decay_frames=1000
+    )
+    for server in (constant, decayed):
+        server.add_frames(0, 250)
+    assert constant.learning_rate() == 0.01
+    assert decayed.learning_rate() == pytest.approx(0.0075)
+    # the first Adam step moves every weight by lr (m_hat / sqrt(v_hat) = 1): 0.0075 here
+    before = [p.detach().clone() for p in decayed.params]
+    decayed.push(grads_of(decayed), 0)
+    for old, new in zip(before, decayed.params):
+        torch.testing.assert_close(
+            old - new.detach(), torch.full_like(old, 0.0075), rtol=1e-4, atol=0
+        )
+    decayed.add_frames(0, 2000)  # past the budget: no step at all
+    assert decayed.learning_rate() == 0.0
+
+
 def _push_many(server, worker, count):
     grads = [torch.ones_like(p) * 1e-3 for p in server.params]
     for _ in range(count):

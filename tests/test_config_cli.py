@@ -23,7 +23,8 @@ def test_defaults_validate_and_resolve_from_presets():
     # gazelle's Atari preset: what learned Pong here (docs/results.md)
     assert (atari.impala.unroll_length, atari.impala.batch_size) == (20, 8)
     assert (atari.impala.optimizer, atari.impala.learning_rate) == ("adam", 0.0006)
-    assert atari.model.use_lstm is False and atari.run.total_frames == 30_000_000
+    assert atari.model.use_lstm is False and atari.run.total_frames == 50_000_000
+    assert atari.impala.entropy_cost == 0.003
     assert config.model.use_lstm is True  # vector tasks keep the core
     dmlab = resolve(Config.of(env="dmlab30", preset="impala-paper"), frame_is_image=True)
     # the IMPALA seed's defaults

@@ -85,6 +85,10 @@ class ActorConfig:
     actor_timeout_s: float = 120.0
     """An actor with no sign of life (no env step, no wait) for this many seconds is taken
     to be hung (stopped, or an env that blocks forever): it is killed and replaced."""
+    lockstep: bool = True
+    """With one actor and local inference, act in lockstep with the learner (each unroll
+    waits for the updates the earlier ones allow), so that a seeded CPU run repeats exactly;
+    --no-lockstep lets the actor run ahead (actor and learner overlap, faster)."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,10 @@ class A3CConfig:
     unroll_length: int = 20
     """Steps per partial rollout (the seed's num_local_steps: 20)."""
     learning_rate: float | None = None
-    """Adam's learning rate, constant; unset: the env family's preset (seed, Atari: 1e-4)."""
+    """Adam's learning rate; unset: the env family's preset (seed, Atari: 1e-4)."""
+    learning_rate_decay: bool | None = None
+    """Decay the learning rate linearly to 0 over total_frames (the A3C paper) instead of
+    keeping it constant (the starter agent); unset: the env family's preset."""
     epsilon: float = 1e-8
     """Adam's epsilon (TensorFlow's default, as in the seed)."""
     discounting: float = 0.99

@@ -73,7 +73,10 @@ def train(
     assert a3c.learning_rate is not None and model.use_lstm is not None
     agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init)
     specs = worker_specs(config, found)
-    server = SharedAdamServer(agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon)
+    decay_frames = int(config.run.total_frames or 0) if a3c.learning_rate_decay else None
+    server = SharedAdamServer(
+        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, decay_frames=decay_frames
+    )
     logdir = Path(config.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
     episodes = 0

@@ -26,6 +26,9 @@ class SharedAdamServer:
         module: the global network; its parameters are moved to shared memory in place.
         num_workers: workers that push (each owns one step counter).
         lr, betas, eps: Adam's (torch's formula: `lr * m_hat / (sqrt(v_hat) + eps)`).
+        decay_frames: when given, the learning rate decays linearly from `lr` to 0 over this
+            many env frames (counted by `add_frames`), as the A3C paper anneals it; None keeps
+            it constant, as the starter agent does.
     """
 
     def __init__(
@@ -35,6 +38,7 @@ class SharedAdamServer:
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        decay_frames: int | None = None,
     ) -> None:
         module.share_memory()
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -46,6 +50,7 @@ class SharedAdamServer:
         #: Env frames each worker has trained on (the global step counts frames).
         self.frames = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.lr, self.betas, self.eps = lr, betas, eps
+        self.decay_frames = decay_frames
 
     @property
     def step_count(self) -> int:
@@ -59,6 +64,12 @@ class SharedAdamServer:
 
     def add_frames(self, worker: int, frames: int) -> None:
         self.frames[worker] += frames
+
+    def learning_rate(self) -> float:
+        """The learning rate of the next update (see `decay_frames`)."""
+        if not self.decay_frames:
+            return self.lr
+        return self.lr * max(0.0, 1.0 - self.frame_count / self.decay_frames)
 
     def pull(self, module: nn.Module) -> int:
         """Copy the global weights into a worker's local `module`; returns the step count."""
@@ -78,13 +89,14 @@ class SharedAdamServer:
         beta1, beta2 = self.betas
         bias1 = 1.0 - beta1**step
         bias2 = 1.0 - beta2**step
+        lr = self.learning_rate()
         for param, grad, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
             if grad is None:
                 continue
             m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
             denom = (v / bias2).sqrt_().add_(self.eps)
-            param.addcdiv_(m, denom, value=-self.lr / bias1)
+            param.addcdiv_(m, denom, value=-lr / bias1)
         return step
 
     def state_dict(self) -> dict[str, object]:
