@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from gazelle.algorithms import a3c
 from gazelle.algorithms.impala import train
 from gazelle.config import Config
 
@@ -79,3 +80,26 @@ def test_pixel_catch_is_learned_from_a_small_ball_with_the_atari_defaults(tmp_pa
     config = {**atari_defaults(), "envs_per_actor": 16}
     result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=400_000, **config)
     assert result.recent_return is not None and result.recent_return >= 0.5, result
+
+
+# A3C: the vector preset (2 workers x 4 envs, Adam 5e-4 decayed linearly, the seed's loss).
+
+
+def run_a3c(tmp_path, **overrides):
+    config = Config.of(algo="a3c", logdir=str(tmp_path), log_interval_s=10.0, seed=1, **overrides)
+    return a3c.train(config)
+
+
+def test_a3c_cartpole_learns(tmp_path):
+    """Measured with this preset: 374 at 1M frames and 460 at 1.5M (one run); the 450
+    of issue 12 at 1.5M is not yet reliable (docs/results.md), so this checks that A3C
+    learns, well above random play (~22) and any fixed action (~9)."""
+    result = run_a3c(tmp_path, env="CartPole-v1", total_frames=1_000_000)
+    assert result.recent_return is not None and result.recent_return >= 300, result
+
+
+def test_a3c_memory_task_is_solved_with_several_workers(tmp_path):
+    """Two workers share the global network; the cue comes 1-30 steps before the answer,
+    so the LSTM state must be carried across the 20-step partial rollouts."""
+    result = run_a3c(tmp_path, env="gazelle/Memory-v0", num_actors=2, total_frames=150_000)
+    assert result.recent_return is not None and result.recent_return >= 0.9, result
