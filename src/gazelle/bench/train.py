@@ -158,7 +158,8 @@ def table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of `gazelle bench [train]` (also rendered into docs/cli.md)."""
     parser = argparse.ArgumentParser(
         prog="gazelle bench",
         description=__doc__,
@@ -190,7 +191,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=4.5,
         help="seconds to measure each part alone (in 3 interleaved rounds; the best counts)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     values = dict(
         algo=args.algo,
         env=args.env,
