@@ -22,3 +22,21 @@ def read_params(store, module, result_queue):
     """Pull the published weights in a child process and send them back."""
     version = store.pull(module, -1)
     result_queue.put((version, [p.detach().tolist() for p in module.parameters()]))
+
+
+def cartpole_that_dies_once(marker: str):
+    """CartPole whose process dies (like SIGKILL) at its first step unless `marker` exists;
+    it creates the marker first, so only the first process to step it dies."""
+    import pathlib
+
+    import gymnasium
+
+    class DiesOnce(gymnasium.Wrapper):
+        def step(self, action):
+            path = pathlib.Path(marker)
+            if not path.exists():
+                path.touch()
+                os._exit(9)
+            return self.env.step(action)
+
+    return DiesOnce(gymnasium.make("CartPole-v1"))

@@ -206,3 +206,27 @@ def test_an_env_that_raises_is_reset_and_counted(spec):
             assert step.truncated[0] and not step.game_over[0] and step.reward[0] == 0.0
     assert len(errors) == 1 and errors[0][0] == 0 and "the emulator fell over" in errors[0][1]
     envs.close()
+
+
+@pytest.mark.slow
+def test_an_only_actor_that_dies_before_the_first_batch_is_replaced(small_config, tmp_path):
+    """Actors used to be replaced after a batch only: with its one actor dead before the
+    first, the learner waited out --batch-timeout-s for a batch that could never come."""
+    import runtime_children
+
+    from gazelle.plugins import register_env
+
+    marker = tmp_path / "died"
+    register_env(
+        "gazelle-test/DiesOnce-v0",
+        runtime_children.cartpole_that_dies_once,
+        kwargs={"marker": str(marker)},
+        replace=True,
+    )
+    config = small_config(
+        env="gazelle-test/DiesOnce-v0", num_actors=1, total_frames=2_000, batch_timeout_s=60.0
+    )
+    started = time.monotonic()
+    result = train(config)
+    assert marker.exists() and result.actor_restarts == 1
+    assert result.frames >= 2_000 and time.monotonic() - started < 45

@@ -148,6 +148,11 @@ class Fleet(Protocol):
         """Raise if a part the run cannot go on without has died (e.g. a server)."""
         ...
 
+    def supervise(self) -> None:
+        """Replace dead and hung actors now (while the learner waits for data), keeping
+        the events for the next `poll`."""
+        ...
+
     def stats(self) -> dict[str, float]:
         """Counters for the logs (e.g. central inference batches and rows)."""
         ...

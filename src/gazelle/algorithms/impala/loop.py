@@ -237,6 +237,10 @@ def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tenso
         # why: short waits, so a dead inference server (no more unrolls) fails the run
         # with its own error instead of a learner timeout much later.
         run.transport.fleet.check()
+        if time.monotonic() - start > 1.0:
+            # why: actors are otherwise replaced after a batch only; without this a run
+            # whose every actor died before the first batch would wait for nothing.
+            run.transport.fleet.supervise()
         try:
             return prefetcher.get(timeout=max(0.01, min(1.0, timeout)))
         except queue.Empty:

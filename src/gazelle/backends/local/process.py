@@ -122,6 +122,14 @@ class ProcessFleet:
         for index in range(len(self.specs)):
             self._start(index)
 
+    def supervise(self) -> None:
+        """Replace dead and hung processes now, keeping their events for the next `poll`.
+
+        why: the loop polls after each batch; while it waits for one (e.g. its only actor
+        died before the first batch), this is what restarts the actors it waits for.
+        """
+        self._leftover = self.poll()
+
     def poll(self) -> list[dict[str, Any]]:
         """Replace dead and hung processes; return the events since the last call (after
         `close`, the ones that were still waiting)."""
