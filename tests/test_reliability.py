@@ -213,7 +213,6 @@ def test_an_only_actor_that_dies_before_the_first_batch_is_replaced(small_config
     """Actors used to be replaced after a batch only: with its one actor dead before the
     first, the learner waited out --batch-timeout-s for a batch that could never come."""
     import runtime_children
-
     from gazelle.plugins import register_env
 
     marker = tmp_path / "died"
