@@ -47,8 +47,9 @@ class ModelConfig:
     """The agent's network."""
 
     torso: str = flag_field("model", "auto")  # type: ignore[assignment]
-    """Torso: deep | shallow | nature | universe | mlp; auto = mlp for vectors; for images
-    deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower there)."""
+    """Torso: deep | shallow | nature | universe | mlp, a name given to
+    `gazelle.register_torso`, or a `module:attr` factory path; auto = mlp for vectors; for
+    images deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower)."""
     use_lstm: bool | None = None
     """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
     family's preset (off for Atari, whose 4 stacked frames carry the motion; on elsewhere)."""
