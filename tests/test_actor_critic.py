@@ -131,6 +131,28 @@ def test_impala_loss_combines_terms_and_gradients():
     assert_metrics_detached_scalars(metrics)
     assert {"losses/policy", "losses/baseline", "losses/entropy", "losses/total"} <= set(metrics)
     torch.testing.assert_close(metrics["vtrace/rho_mean"], returns.log_rhos.detach().exp().mean())
+    log_rhos = returns.log_rhos.detach()
+    assert float(metrics["vtrace/rho_above_1"]) == float((log_rhos.exp() > 1).double().mean())
+    torch.testing.assert_close(metrics["vtrace/kl_behaviour_target"], -log_rhos.mean())
+
+
+def test_the_kl_metric_estimates_the_kl_between_behaviour_and_target():
+    """mean(-log rho) over actions sampled from mu approaches KL(mu || pi) (from the logits)."""
+    torch.manual_seed(0)
+    T, B, A = 200, 50, 4
+    behaviour = torch.randn(T, B, A, dtype=torch.float64)
+    target = behaviour + 0.5 * torch.randn(T, B, A, dtype=torch.float64)
+    actions = torch.distributions.Categorical(logits=behaviour).sample()
+    returns = vtrace.from_logits(
+        behaviour, target, actions,
+        torch.full((T, B), 0.99, dtype=torch.float64), torch.zeros(T, B, dtype=torch.float64),
+        torch.zeros(T, B, dtype=torch.float64), torch.zeros(B, dtype=torch.float64),
+    )  # fmt: skip
+    _, metrics = impala_loss(target, actions, torch.zeros(T, B, dtype=torch.float64), returns)
+    mu, pi = torch.log_softmax(behaviour, -1), torch.log_softmax(target, -1)
+    exact = (mu.exp() * (mu - pi)).sum(-1).mean()
+    assert float(exact) > 0.05
+    assert float(metrics["vtrace/kl_behaviour_target"]) == pytest.approx(float(exact), rel=0.05)
 
 
 def seed_a3c_loss(logits, actions, advantages, returns, values):

@@ -8,7 +8,11 @@ the logger converts them when it writes. Metric names are stable:
 - `losses/policy`, `losses/baseline`, `losses/entropy`: the terms as defined below (the
   entropy term is `sum p log p`, i.e. minus the entropy), `losses/total`: the weighted sum;
 - `policy/entropy`: the mean per-step entropy of the policy (positive, in nats);
-- `vtrace/pg_advantage_mean` and, given from-logits V-trace output, `vtrace/rho_mean`.
+- `vtrace/pg_advantage_mean` and, given from-logits V-trace output, `vtrace/rho_mean`,
+  `vtrace/rho_above_1` (the fraction of steps whose ratio the default clip at 1 cuts) and
+  `vtrace/kl_behaviour_target` (`mean(-log rho)`: an unbiased estimate of KL(mu || pi) from
+  the actions mu took, i.e. how far the learner's policy moved during the policy lag; the
+  mean rho is 1 under mu whatever that distance, so it cannot show it).
 """
 
 from __future__ import annotations
@@ -131,7 +135,10 @@ def impala_loss(
     metrics = {**pg_metrics, **baseline_metrics, **entropy_metrics, "losses/total": total.detach()}
     metrics["vtrace/pg_advantage_mean"] = vtrace_returns.pg_advantages.detach().mean()
     if isinstance(vtrace_returns, VTraceFromLogitsReturns):
-        metrics["vtrace/rho_mean"] = torch.exp(vtrace_returns.log_rhos.detach()).mean()
+        log_rhos = vtrace_returns.log_rhos.detach()
+        metrics["vtrace/rho_mean"] = torch.exp(log_rhos).mean()
+        metrics["vtrace/rho_above_1"] = (log_rhos > 0).to(log_rhos.dtype).mean()
+        metrics["vtrace/kl_behaviour_target"] = (-log_rhos).mean()
     return total, metrics
 
 
