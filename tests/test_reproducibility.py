@@ -2,8 +2,8 @@
 
 Between two runs of one seed only timing differs, and with a free-running actor timing
 decided which weights each unroll acted with (the actor pulls whatever the learner published
-last). With one actor the actor acts in lockstep with the learner (`LocalPolicy`), which
-these tests check directly and end to end.
+last). With one actor and `--lockstep` the actor acts in lockstep with the learner
+(`LocalPolicy`), which these tests check directly and end to end.
 """
 
 from __future__ import annotations
@@ -93,13 +93,16 @@ def test_lockstep_counts_afresh_after_a_version_that_never_comes():
 @pytest.mark.parametrize(
     ("overrides", "lockstep"),
     [
-        ({"num_actors": 1}, 4),
-        ({"num_actors": 2}, None),
-        ({"num_actors": 1, "inference": "central"}, None),
-        ({"num_actors": 1, "max_policy_lag": 2}, None),
+        ({"num_actors": 1, "lockstep": True}, 4),
+        ({"num_actors": 1}, None),  # off by default: it costs the actor/learner overlap
+        ({"num_actors": 2, "lockstep": True}, None),
+        ({"num_actors": 1, "lockstep": True, "inference": "central"}, None),
+        ({"num_actors": 1, "lockstep": True, "max_policy_lag": 2}, None),
     ],
 )
-def test_only_one_actor_with_local_inference_runs_in_lockstep(small_config, overrides, lockstep):
+def test_only_one_actor_with_local_inference_runs_in_lockstep_when_asked(
+    small_config, overrides, lockstep
+):
     config, found, _ = prepare(small_config(**overrides))
     assert {spec.lockstep_batch for spec in actor_specs(config, found)} == {lockstep}
 
@@ -117,11 +120,12 @@ def one_actor_run(tmp_path, name: str, seed: int) -> tuple[list[float], dict]:
     config = gazelle.Config.of(
         env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=4, unroll_length=10,
         total_frames=3000, seed=seed, device="cpu", logdir=str(logdir), log_interval_s=0.5,
+        lockstep=True,
         checkpoint_interval_s=1000.0,
     )  # fmt: skip
     result = gazelle.train(config)
     assert result.frames >= 3000 and result.actor_restarts == 0
-    state = torch.load(logdir / "checkpoint.pt", weights_only=False)
+    state = torch.load(logdir / "checkpoint.pt", weights_only=True)
     return episode_returns(logdir), state["agent"]
 
 

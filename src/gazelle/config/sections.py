@@ -86,10 +86,11 @@ class ActorConfig:
     actor_timeout_s: float = 120.0
     """An actor with no sign of life (no env step, no wait) for this many seconds is taken
     to be hung (stopped, or an env that blocks forever): it is killed and replaced."""
-    lockstep: bool = True
+    lockstep: bool = False
     """With one actor and local inference, act in lockstep with the learner (each unroll
-    waits for the updates the earlier ones allow), so that a seeded CPU run repeats exactly;
-    --no-lockstep lets the actor run ahead (actor and learner overlap, faster)."""
+    waits for the updates the earlier ones allow), so that a seeded CPU run repeats exactly.
+    Off by default: actor and learner then cannot overlap (Pong, nature torso, one actor:
+    2,303 frames/s in lockstep against 4,413 free-running)."""
 
 
 @dataclass(frozen=True)
