@@ -17,21 +17,12 @@ from collections.abc import Callable
 
 import torch
 
+from gazelle.backends.local.layout import STEP_FIELDS
 from gazelle.models import state_size
 from gazelle.models.instruction import MAX_TOKENS
 from gazelle.types import ObsSpec
 
 Rollout = dict[str, torch.Tensor]
-
-#: Per-step fields (besides the observation) and their dtypes, as the actor writes them.
-STEP_FIELDS = {
-    "reward": torch.float32,
-    "terminated": torch.bool,
-    "truncated": torch.bool,
-    "truncation_value": torch.float32,
-    "action": torch.int64,
-    "baseline": torch.float32,
-}
 
 
 class QueueWriter:
