@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# why: a Ray instance started by the tests binds every port to loopback only when this is
+# set before Ray's first import (gazelle.backends.ray.cluster.LOOPBACK_ENV).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest
 

@@ -68,9 +68,11 @@ class Telemetry:
             )
         elif kind == "actor_restart":
             self.restarts += 1
+            # why: a local process has an exit code; a Ray actor has a reason instead.
+            how = event.get("reason") or f"exit code {event.get('exitcode')}"
             print(
-                f"\ngazelle: actor {event['actor']} died (exit code {event['exitcode']}); "
-                f"restarted, {event.get('dropped_slots', 0)} half-written unroll(s) dropped"
+                f"\ngazelle: actor {event['actor']} died ({how}); restarted, "
+                f"{event.get('dropped_slots', 0)} half-written unroll(s) dropped"
             )
         elif kind == "actor_crash":
             print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")

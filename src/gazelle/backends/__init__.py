@@ -18,7 +18,7 @@ from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import BatchSource, Fleet, ParamPublisher
 
 #: Backend name -> module with `build(request: BackendRequest) -> Transport`.
-BACKENDS = {"local": "gazelle.backends.local"}
+BACKENDS = {"local": "gazelle.backends.local", "ray": "gazelle.backends.ray"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class BackendRequest:
         inference_max_batch: central inference: most envs per batch (None: all).
         inference_max_wait_s: central inference: collection window after a first request.
         actor_timeout_s: an actor silent this long is killed and replaced.
+        cluster_address: a cluster to join (Ray); None: this machine.
+        cpus_per_actor: CPUs each actor declares to the cluster's scheduler (Ray).
+        dashboard: start a private Ray instance with its dashboard (Ray).
     """
 
     actors: list[ActorSpec]
@@ -46,6 +49,9 @@ class BackendRequest:
     inference_max_batch: int | None = None
     inference_max_wait_s: float = 0.002
     actor_timeout_s: float = 120.0
+    cluster_address: str | None = None
+    cpus_per_actor: float = 1.0
+    dashboard: bool = False
 
 
 @dataclass

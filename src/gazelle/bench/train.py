@@ -50,7 +50,6 @@ def run(
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Measure parts, then train for `seconds`; returns the JSON-able result."""
-    from gazelle.algorithms import train
 
     cores = cores or os.cpu_count() or 1
     if config.algo == "a3c":
@@ -60,6 +59,47 @@ def run(
     else:
         parts = measure_parts(config, part_seconds)
     resolved: Config = parts["config"]
+    fps, points = train_fps(config, seconds)
+    limit_fps = limit(parts["rates"], cores, parts["action_repeats"])
+    env_limit = cores * parts["rates"]["env_steps_per_core_s"] * parts["action_repeats"]
+    busy = learner_busy(points)
+    out = {
+        "fps": round(fps, 1),
+        "limit_fps": round(limit_fps, 1),
+        "efficiency": round(fps / limit_fps, 3),
+        # why: with a GPU the learner (and central inference) take no CPU core, so the
+        # machine's limit is the envs on every core: the figure a GPU run is judged by.
+        "env_limit_fps": round(env_limit, 1),
+        "env_efficiency": round(fps / env_limit, 3),
+        "learner_busy": None if busy is None else round(busy, 3),
+        "bound": None if busy is None else ("learner" if busy >= BUSY_BOUND else "actors"),
+        **{k: round(v, 1) for k, v in parts["rates"].items()},
+        "inference_batch": parts["inference_batch"],
+        "cores": cores,
+        "seconds": seconds,
+        "config": {k: _get(resolved, k) for k in CONFIG_KEYS},
+    }
+    if config.actors.backend != "local":
+        # why: the backend's cost is the ratio to the local backend on the same config, in
+        # the same invocation (same machine, same minute), as docs/performance.md asks.
+        local_fps, _ = train_fps(config.replace(backend="local", ray_address=None), seconds)
+        transport = [p["ray/get_ms_per_unroll"] for p in points if "ray/get_ms_per_unroll" in p]
+        out.update(
+            backend=config.actors.backend,
+            local_fps=round(local_fps, 1),
+            backend_over_local=round(fps / max(local_fps, 1e-9), 3),
+            get_ms_per_unroll=round(transport[-1], 3) if transport else None,
+        )
+    if verbose:
+        print(table(out))
+        print(json.dumps(out))
+    return out
+
+
+def train_fps(config: Config, seconds: float) -> tuple[float, list[dict[str, Any]]]:
+    """Train `config` for `seconds`; its steady-state frames/s and its progress points."""
+    from gazelle.algorithms import train
+
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gazelle-bench-") as logdir:
         bench_config = config.replace(
@@ -86,29 +126,7 @@ def run(
         fps = (end["frames"] - start["frames"]) / (end["time"] - start["time"])
     else:
         fps = result.fps
-    limit_fps = limit(parts["rates"], cores, parts["action_repeats"])
-    env_limit = cores * parts["rates"]["env_steps_per_core_s"] * parts["action_repeats"]
-    busy = learner_busy([p for p in points if start is None or p["time"] >= start["time"]])
-    out = {
-        "fps": round(fps, 1),
-        "limit_fps": round(limit_fps, 1),
-        "efficiency": round(fps / limit_fps, 3),
-        # why: with a GPU the learner (and central inference) take no CPU core, so the
-        # machine's limit is the envs on every core: the figure a GPU run is judged by.
-        "env_limit_fps": round(env_limit, 1),
-        "env_efficiency": round(fps / env_limit, 3),
-        "learner_busy": None if busy is None else round(busy, 3),
-        "bound": None if busy is None else ("learner" if busy >= BUSY_BOUND else "actors"),
-        **{k: round(v, 1) for k, v in parts["rates"].items()},
-        "inference_batch": parts["inference_batch"],
-        "cores": cores,
-        "seconds": seconds,
-        "config": {k: _get(resolved, k) for k in CONFIG_KEYS},
-    }
-    if verbose:
-        print(table(out))
-        print(json.dumps(out))
-    return out
+    return fps, [p for p in points if start is None or p["time"] >= start["time"]]
 
 
 CONFIG_KEYS = (
@@ -124,6 +142,7 @@ CONFIG_KEYS = (
     "precision",
     "learner_threads",
     "device",
+    "backend",
 )
 
 
@@ -151,6 +170,14 @@ def table(out: dict[str, Any]) -> str:
         f"  env-bound  {out['env_limit_fps']:>10,.0f} frames/s (every core stepping envs only; "
         f"{out['env_efficiency']:.2f} of it)",
     ]
+    if "backend_over_local" in out:
+        lines.append(
+            f"  local      {out['local_fps']:>10,.0f} frames/s (same config, --backend local)"
+        )
+        lines.append(
+            f"  {out['backend']}/local  {out['backend_over_local']:>8.2f} (transport: "
+            f"{out['get_ms_per_unroll']} ms of ray.get per env's unroll on the learner)"
+        )
     if out["learner_busy"] is not None:
         lines.append(
             f"  bound      {out['bound']:>10} (learner busy {out['learner_busy']:.0%} of the time)"
@@ -184,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--learner-threads", type=int, default=None)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument(
+        "--backend",
+        default="local",
+        help="local | ray (ray: also trains with local, and prints the ratio)",
+    )
+    parser.add_argument("--ray-address", default=None, help="ray: the cluster to join")
     parser.add_argument("--seconds", type=float, default=60.0, help="training wall time")
     parser.add_argument(
         "--part-seconds",
@@ -207,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         precision=args.precision,
         learner_threads=args.learner_threads,
         device=args.device,
+        backend=args.backend,
+        ray_address=args.ray_address,
     )
     if args.algo != "a3c":
         values.update(batch_size=args.batch_size, inference=args.inference)

@@ -65,7 +65,16 @@ class ActorConfig:
     """Where and how the actors run."""
 
     backend: str = "local"
-    """Where actors run: local (processes on this machine, shared memory)."""
+    """Where actors run: local (processes on this machine, shared memory) or ray (Ray actors
+    on a Ray cluster: this machine's own private instance, or --ray-address)."""
+    ray_address: str | None = None
+    """Ray backend: the cluster to join (HOST:PORT of a `ray start --head`, or auto); None:
+    start a private Ray instance on this machine (loopback only, no dashboard)."""
+    ray_actor_cpus: float = 1.0
+    """Ray backend: CPUs each actor declares to Ray (the scheduler places actors by it)."""
+    ray_dashboard: bool = False
+    """Ray backend: start the private Ray instance with its dashboard (on 127.0.0.1:8265);
+    off by default, as it lets anyone who can reach it run code on the cluster."""
     num_actors: int | None = None
     """Actor processes; None: the machine's cores minus one for the learner (at least 2, and
     at least one per level of a multi-task --env)."""

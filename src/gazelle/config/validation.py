@@ -14,7 +14,7 @@ REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 PRECISION_CHOICES = ("fp32", "bf16")
 INFERENCE_CHOICES = ("auto", "local", "central")
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
-BACKEND_CHOICES = ("local",)
+BACKEND_CHOICES = ("local", "ray")
 
 
 class _Checks:
@@ -62,6 +62,13 @@ def validate(config: Config) -> Config:
     check.choice("inference", INFERENCE_CHOICES)
     check.choice("backend", BACKEND_CHOICES)
     check.positive("slots_per_env")
+    check.positive("ray_actor_cpus", integer=False)
+    actors = config.actors
+    if actors.backend != "ray" and (actors.ray_address is not None or actors.ray_dashboard):
+        flag = "ray_address" if actors.ray_address is not None else "ray_dashboard"
+        raise ConfigError(
+            flag, getattr(actors, flag), "only with --backend ray (now: " + actors.backend + ")"
+        )
     for name in ("num_actors", "num_action_repeats", "envs_per_actor", "learner_threads"):
         check.positive(name, allow_none=True)
     check.positive("total_frames", allow_none=True)

@@ -84,7 +84,7 @@ class ParamSource(Protocol):
 
 class ParameterServer(Protocol):
     """A3C's global network and optimiser: workers pull the weights and push gradients
-    (local backend: shared memory, Hogwild; across machines: a parameter-server process)."""
+    (local backend: shared memory, Hogwild; Ray: a parameter-server actor)."""
 
     @property
     def step_count(self) -> int:
@@ -106,6 +106,16 @@ class ParameterServer(Protocol):
         ...
 
     def add_frames(self, worker: int, frames: int) -> None: ...
+
+    def load_weights(self, module: nn.Module) -> None:
+        """Make `module`'s weights the global ones (after a checkpoint is restored)."""
+        ...
+
+    def state_dict(self) -> dict[str, object]:
+        """The optimiser's state and the counters (for a checkpoint)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None: ...
 
 
 class PolicyStopped(Exception):

@@ -1,5 +1,6 @@
-"""A3C on one machine: the global network and shared Adam (`SharedAdamServer`), the worker
-processes (`worker_process`, supervised by a `TaskFleet`), and the main process's loop,
+"""A3C: the global network and its Adam (one machine: `SharedAdamServer`, Hogwild; Ray: a
+parameter-server actor), the workers (local processes supervised by a `TaskFleet`, or Ray
+actors: `gazelle.backends.ray.a3c`), and the main process's loop,
 which only watches: it logs the workers' episodes and update summaries, counts frames,
 writes checkpoints and replaces dead or hung workers. The same logs, checkpoints, resume and
 test mode as IMPALA (`gazelle.algorithms.runstate`, `telemetry`)."""
@@ -30,8 +31,9 @@ from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.backends.local.process import TaskFleet
 from gazelle.config import Config, ConfigError
 from gazelle.logging import RunLogger, Timings
-from gazelle.models import build_agent
+from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
+from gazelle.runtime.interfaces import Fleet, ParameterServer
 from gazelle.tracking import open_run_logger
 
 #: Seconds between two looks at the workers' events.
@@ -65,8 +67,6 @@ def train(
     """Train A3C with `config`; resumes from its logdir's checkpoint if there is one."""
     if config.algo != "a3c":
         raise ConfigError("algo", config.algo, "a3c (this is A3C's loop)")
-    if config.actors.backend != "local":
-        raise ConfigError("backend", config.actors.backend, "local (A3C runs on one machine)")
     check_wandb(config)
     config, found, device = prepare(config)
     a3c, model = config.a3c, config.model
@@ -74,20 +74,6 @@ def train(
     agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init)
     specs = worker_specs(config, found)
     decay_frames = int(config.run.total_frames or 0) if a3c.learning_rate_decay else None
-    server = SharedAdamServer(
-        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, decay_frames=decay_frames
-    )
-    logdir = Path(config.run.logdir)
-    ckpt_path = logdir / CHECKPOINT_FILE
-    episodes = 0
-    if config.run.resume and ckpt_path.exists():
-        counters = restore(ckpt_path, config, agent, server, device)
-        episodes = counters["episodes"]
-        print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
-    total = int(config.run.total_frames or 0)
-    logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
-    write_config(logdir, config)
-    print(_describe(config, len(specs)))
     settings = TrainerSettings(
         loss=A3CLossSettings(
             a3c.discounting, a3c.gae_lambda, a3c.entropy_cost, a3c.baseline_cost,
@@ -97,9 +83,19 @@ def train(
         queue_size=a3c.queue_size,
         action_repeats=found.action_repeats,
     )  # fmt: skip
-    fleet = TaskFleet(
-        specs, worker_process, (server, settings), actor_timeout_s=config.actors.actor_timeout_s
-    )
+    server, fleet = _workers(config, agent, specs, settings, decay_frames)
+    logdir = Path(config.run.logdir)
+    ckpt_path = logdir / CHECKPOINT_FILE
+    episodes = 0
+    if config.run.resume and ckpt_path.exists():
+        counters = restore(ckpt_path, config, agent, server, device)
+        server.load_weights(agent)
+        episodes = counters["episodes"]
+        print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
+    total = int(config.run.total_frames or 0)
+    logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
+    write_config(logdir, config)
+    print(_describe(config, len(specs)))
     timings = Timings()
     telemetry = Telemetry(logger, timings, found.levels, found.action_repeats)
     telemetry.episodes = episodes
@@ -127,6 +123,7 @@ def train(
                     _log(logger, server, updates, telemetry, timings, fps(), on_progress)
                     updates, last_log = [], now
                 if now - last_ckpt >= config.run.checkpoint_interval_s:
+                    server.pull(agent)  # why: on Ray the global weights live elsewhere
                     save(ckpt_path, config, agent, server, server.frame_count,
                          server.step_count, telemetry.episodes, found.levels)  # fmt: skip
                     last_ckpt = now
@@ -138,8 +135,11 @@ def train(
         telemetry.consume(
             [e for e in fleet.poll() if e.get("type") != "update"], server.frame_count
         )
+        server.pull(agent)
         save(ckpt_path, config, agent, server, server.frame_count, server.step_count,
              telemetry.episodes, found.levels)  # fmt: skip
+        if hasattr(fleet, "shutdown"):
+            fleet.shutdown()
         logger.progress(server.frame_count, fps(), {})
         logger.console_line(
             server.frame_count, fps(), force=True, actor_restarts=telemetry.restarts
@@ -158,9 +158,37 @@ def train(
     )
 
 
+def _workers(
+    config: Config,
+    agent: Agent,
+    specs: list[ActorSpec],
+    settings: TrainerSettings,
+    decay_frames: int | None,
+) -> tuple[ParameterServer, Fleet]:
+    """The parameter server and the (not yet started) workers on `--backend`: local (shared
+    Adam, Hogwild, worker processes) or ray (a parameter-server actor, Ray actors)."""
+    a3c, actors = config.a3c, config.actors
+    assert a3c.learning_rate is not None
+    if actors.backend == "ray":
+        from gazelle.backends.ray.a3c import build_workers
+
+        return build_workers(
+            agent, specs, settings, a3c.learning_rate, a3c.epsilon, decay_frames,
+            actors.ray_address, actors.ray_actor_cpus, actors.actor_timeout_s,
+            actors.ray_dashboard,
+        )  # fmt: skip
+    server = SharedAdamServer(
+        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, decay_frames=decay_frames
+    )
+    fleet = TaskFleet(
+        specs, worker_process, (server, settings), actor_timeout_s=actors.actor_timeout_s
+    )
+    return server, fleet
+
+
 def _log(
     logger: RunLogger,
-    server: SharedAdamServer,
+    server: ParameterServer,
     updates: list[dict[str, Any]],
     telemetry: Telemetry,
     timings: Timings,

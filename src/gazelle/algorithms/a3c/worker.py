@@ -16,6 +16,7 @@ import dataclasses
 import math
 import threading
 import traceback
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -90,18 +91,40 @@ def train_step(
     return {**out, "skipped": 0.0, "step": float(step)}
 
 
+class WorkerContext(Protocol):
+    """How a worker talks to whatever runs it (a local process's `ChildContext`, or a Ray
+    actor): telemetry, sign of life, whether to stop."""
+
+    def report(self, event: dict[str, Any]) -> None: ...
+
+    def beat(self) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+    def waiting(self) -> bool: ...
+
+
 def worker_process(
     spec: ActorSpec,
     link: ChildLink,
     server: ParameterServer,
     settings: TrainerSettings,
 ) -> None:
-    """Entry point of a worker process (`spec.actor_id` is its worker index)."""
+    """Entry point of a local worker process (`spec.actor_id` is its worker index)."""
+    run_worker(spec, ChildContext(link), server, settings)
+
+
+def run_worker(
+    spec: ActorSpec,
+    child: WorkerContext,
+    server: ParameterServer,
+    settings: TrainerSettings,
+) -> None:
+    """A worker's runner thread and trainer loop, until `child.should_stop()`."""
     # why: one torch thread per process; the runner and the trainer share it.
     torch.set_num_threads(1)
     keep_freed_memory()
     torch.manual_seed(spec.seed)
-    child = ChildContext(link)
     stop_runner = threading.Event()
     runner_error: list[str] = []
     actor, runner = None, None

@@ -144,6 +144,9 @@ def build(config: Config, loss_fn: LossFn | None = None) -> ImpalaRun:
         inference_max_batch=config.actors.inference_max_batch,
         inference_max_wait_s=config.actors.inference_max_wait_ms / 1000.0,
         actor_timeout_s=config.actors.actor_timeout_s,
+        cluster_address=config.actors.ray_address,
+        cpus_per_actor=config.actors.ray_actor_cpus,
+        dashboard=config.actors.ray_dashboard,
     )
     transport = build_backend(config.actors.backend, request)
     return ImpalaRun(config, found, device, agent, learner.optimizer, learner, transport)

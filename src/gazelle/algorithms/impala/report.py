@@ -36,13 +36,15 @@ def report_nonfinite(run: ImpalaRun, frames: int) -> None:
 
 
 def inference_metrics(stats: dict[str, float], seen: dict[str, float]) -> dict[str, float]:
-    """Mean envs per central inference batch since the last call (`seen` is updated)."""
+    """Mean envs per central inference batch since the last call (`seen` is updated), and
+    the backend's own metrics as they are (names with a `/`, e.g. `ray/get_ms_per_unroll`)."""
+    out = {name: float(value) for name, value in stats.items() if "/" in name}
     batches = stats.get("batches", 0.0) - seen["batches"]
     if batches <= 0:
-        return {}
+        return out
     mean = (stats["rows"] - seen["rows"]) / batches
     seen.update(batches=stats["batches"], rows=stats["rows"])
-    return {"charts/inference_batch": mean}
+    return {**out, "charts/inference_batch": mean}
 
 
 def log_progress(
@@ -72,7 +74,7 @@ def log_progress(
                 "time": time.monotonic(),
                 "updates": state.updates,
                 "episode_return": logger.recent_return(),
-                **{k: v for k, v in scalars.items() if k.startswith("timing/")},
+                **{k: v for k, v in scalars.items() if k.startswith(("timing/", "ray/"))},
             }
         )
 

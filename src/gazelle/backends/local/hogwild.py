@@ -80,6 +80,16 @@ class SharedAdamServer:
                 local.copy_(shared)
         return self.step_count
 
+    def load_weights(self, module: nn.Module) -> None:
+        """Make `module`'s weights the global ones (after a restore; here the global
+        network usually is `module` itself, and the copy changes nothing)."""
+        with torch.no_grad():
+            for shared, local in zip(
+                self.params, (p for p in module.parameters() if p.requires_grad)
+            ):
+                if shared.data_ptr() != local.data_ptr():
+                    shared.copy_(local)
+
     @torch.no_grad()
     def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
         """Apply one Adam step with a worker's gradients (same order as the parameters;

@@ -21,6 +21,23 @@ def _tensors(module: nn.Module) -> list[torch.Tensor]:
     return tensors
 
 
+def flatten(module: nn.Module) -> torch.Tensor:
+    """All of `module`'s weights (parameters, then float buffers) as one flat float32 CPU
+    tensor: what travels to actors."""
+    with torch.no_grad():
+        return torch.cat([t.detach().reshape(-1).float().cpu() for t in _tensors(module)])
+
+
+def load_flat(module: nn.Module, flat: torch.Tensor) -> None:
+    """Copy a `flatten`ed vector back into `module`'s weights."""
+    offset = 0
+    with torch.no_grad():
+        for tensor in _tensors(module):
+            n = tensor.numel()
+            tensor.copy_(flat[offset : offset + n].view_as(tensor))
+            offset += n
+
+
 class ParamStore:
     """Shared flat copy of a module's weights with a version number (-1: nothing yet).
 
@@ -39,8 +56,7 @@ class ParamStore:
 
     def publish(self, module: nn.Module, version: int) -> None:
         """Copy `module`'s weights in (from any device) and set the version."""
-        with torch.no_grad():
-            flat = torch.cat([t.detach().reshape(-1).float().cpu() for t in _tensors(module)])
+        flat = flatten(module)
         # why: odd while writing; readers that saw it odd, or saw it change, retry. Each
         # store is a separate call into torch, so they reach memory in program order (x86
         # keeps stores in order; the calls are compiler barriers).
@@ -65,10 +81,5 @@ class ParamStore:
             flat = self.flat.clone()
             if int(self.seq[0]) == before:
                 break
-        offset = 0
-        with torch.no_grad():
-            for tensor in _tensors(module):
-                n = tensor.numel()
-                tensor.copy_(flat[offset : offset + n].view_as(tensor))
-                offset += n
+        load_flat(module, flat)
         return version

@@ -1,0 +1,178 @@
+"""Central inference on Ray (the seed's dynamic batching across machines): one threaded Ray
+actor on the learner's node runs the agent for every actor's envs.
+
+Each actor's request is one `infer` call (its envs' inputs and LSTM state, as numpy); the
+calls run on the server's threads, which queue them; one batching thread takes what is
+queued (waiting up to `max_wait_s` after the first, at most `max_batch` envs), runs one
+`agent.step` and hands each caller its rows. Weights come as an object reference and are
+loaded between batches, so one batch is one policy version.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from gazelle import plugins
+from gazelle.backends.local.params import load_flat
+from gazelle.models import Agent
+from gazelle.runtime.interfaces import PolicyStopped
+from gazelle.types import INSTRUCTION
+
+
+class _Request:
+    def __init__(self, inputs: dict[str, np.ndarray], count: int) -> None:
+        self.inputs, self.count = inputs, count
+        self.done = threading.Event()
+        self.outputs: dict[str, np.ndarray] = {}
+        self.version = -1
+
+
+class InferenceHost:
+    """The server (plain class; wrapped with `ray.remote` by `start_server`)."""
+
+    def __init__(
+        self,
+        registrations: plugins.Registrations,
+        agent: Agent,
+        device: str,
+        max_batch: int,
+        max_wait_s: float,
+    ) -> None:
+        registrations.restore()
+        self.device = torch.device(device)
+        self.agent = agent.to(self.device).eval()
+        self.max_batch, self.max_wait_s = max_batch, max_wait_s
+        self.version = -1
+        self._weights: tuple[Any, int] | None = None
+        self._queue: queue.Queue[_Request] = queue.Queue()
+        self.batches = self.rows = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def set_weights(self, box: list[Any], version: int) -> None:
+        if version > self.version:
+            self._weights = (box[0], version)
+
+    def infer(self, inputs: dict[str, np.ndarray], count: int) -> tuple[dict[str, Any], int]:
+        request = _Request(inputs, count)
+        self._queue.put(request)
+        request.done.wait()
+        return request.outputs, request.version
+
+    def stats(self) -> dict[str, float]:
+        mean = self.rows / self.batches if self.batches else 0.0
+        return {"batches": self.batches, "rows": self.rows, "mean": mean}
+
+    def _load(self) -> None:
+        if self._weights is None or self._weights[1] <= self.version:
+            return
+        import ray
+
+        ref, version = self._weights
+        load_flat(self.agent, torch.from_numpy(np.asarray(ray.get(ref))))
+        self.version = version
+
+    def _serve(self) -> None:
+        with torch.inference_mode():
+            while True:
+                batch = [self._queue.get()]
+                rows = batch[0].count
+                deadline = time.monotonic() + self.max_wait_s
+                while rows < self.max_batch:
+                    try:
+                        request = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        break
+                    batch.append(request)
+                    rows += request.count
+                self._step(batch)
+
+    def _step(self, batch: list[_Request]) -> None:
+        self._load()
+        names = batch[0].inputs.keys()
+        inputs = {
+            name: torch.from_numpy(np.concatenate([r.inputs[name] for r in batch])).to(self.device)
+            for name in names
+        }
+        obs = {k: inputs[k] for k in ("frame", INSTRUCTION) if k in inputs}
+        state = (inputs["state_h"], inputs["state_c"]) if "state_h" in inputs else ()
+        out, new_state = self.agent.step(
+            obs, inputs["last_action"], inputs["reward"], inputs["done"], state
+        )
+        results = {"action": out.action, "policy_logits": out.policy_logits.float()}
+        results["baseline"] = out.baseline.float()
+        if new_state:
+            results["state_h"], results["state_c"] = (s.float() for s in new_state)
+        arrays = {k: v.cpu().numpy() for k, v in results.items()}
+        offset = 0
+        for request in batch:
+            end = offset + request.count
+            request.outputs = {k: v[offset:end] for k, v in arrays.items()}
+            request.version = self.version
+            offset = end
+            request.done.set()
+        self.batches += 1
+        self.rows += offset
+
+
+class RayInferenceClient:
+    """An actor's `InferenceClient` on the Ray server (one request in flight)."""
+
+    def __init__(self, server: Any, state_size: int, timeout_s: float) -> None:
+        self.server, self._state_size, self.timeout_s = server, state_size, timeout_s
+
+    @property
+    def state_size(self) -> int:
+        return self._state_size
+
+    def infer(
+        self, inputs: dict[str, torch.Tensor], count: int
+    ) -> tuple[dict[str, torch.Tensor], int]:
+        import ray
+
+        arrays = {k: v.numpy() for k, v in inputs.items()}
+        try:
+            outputs, version = ray.get(
+                self.server.infer.remote(arrays, count), timeout=self.timeout_s
+            )
+        except ray.exceptions.GetTimeoutError as error:
+            message = f"no answer from the inference server in {self.timeout_s}s"
+            raise TimeoutError(message) from error
+        except ray.exceptions.RayActorError as error:
+            raise PolicyStopped("the inference server is gone") from error
+        return {k: torch.from_numpy(np.array(v)) for k, v in outputs.items()}, version
+
+
+def start_server(request: Any) -> Any:
+    """The inference server as a Ray actor on this (the learner's) node, on the learner's
+    device; it serves up to every actor's envs in one batch by default."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    first = request.actors[0]
+    envs = len(request.actors) * first.envs_per_actor
+    here = ray.get_runtime_context().get_node_id()
+    cuda = request.device.type == "cuda"
+    host = ray.remote(InferenceHost).options(
+        # why: one thread per actor's request plus the weights' setter; the batching runs
+        # on a thread of its own.
+        max_concurrency=len(request.actors) + 4,
+        num_cpus=0,
+        num_gpus=0.5 if cuda else 0,
+        # why: next to the learner, whose weights it needs every update.
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+    )
+    return host.remote(
+        plugins.capture(),
+        copy.deepcopy(request.agent).cpu(),
+        "cuda" if cuda else "cpu",
+        request.inference_max_batch or envs,
+        request.inference_max_wait_s,
+    )
