@@ -115,7 +115,7 @@ def test_central_inference_on_ray_serves_the_actors(cluster, tmp_path):
     assert batches and all(b >= 2 for b in batches)  # at least one actor's envs per batch
 
 
-def test_a3c_on_ray_updates_the_parameter_server(cluster, tmp_path):
+def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):
     from gazelle.backends.ray.a3c import ParameterServerHost, RayParameterServer
     from gazelle.models import build_agent
 
@@ -127,6 +127,14 @@ def test_a3c_on_ray_updates_the_parameter_server(cluster, tmp_path):
     assert result.frames >= 6000 and result.updates > 0
     saved = load(tmp_path / "checkpoint.pt")
     assert int(saved["optimizer"]["steps"].sum()) == result.updates
+    # resume: the server starts from the checkpoint's weights, moments and counters
+    again = train(config.replace(total_frames=9000))
+    assert again.frames >= 9000 and again.updates > result.updates
+    resumed = load(tmp_path / "checkpoint.pt")
+    assert int(resumed["optimizer"]["steps"].sum()) == again.updates
+    assert int(resumed["frames"]) == again.frames
+    frames = [r["frames"] for r in rows(tmp_path)]
+    assert frames == sorted(frames)  # the second run went on from the first's frames
     # and a server actor applies a push: one step, weights changed by Adam's first step
     agent = build_agent(*_probe(config), init="seed")
     host = ray.remote(num_cpus=0)(ParameterServerHost).remote(agent, 1, 0.01, 1e-8, None)
