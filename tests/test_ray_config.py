@@ -48,5 +48,5 @@ def test_a_ray_flag_without_the_ray_backend_is_an_error(flag):
 
 
 def test_ray_actor_cpus_must_be_positive():
-    with pytest.raises(ConfigError, match="--ray-actor-cpus: invalid value 0.0"):
+    with pytest.raises(ConfigError, match=r"--ray-actor-cpus: invalid value 0\.0"):
         validate(Config.of(env="CartPole-v1", backend="ray", ray_actor_cpus=0.0))
