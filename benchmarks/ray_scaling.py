@@ -86,6 +86,59 @@ def main() -> None:
             f"| {r['actors']} x {r['envs_per_actor']} | {r['nodes']} | {r['local_fps']:,} | "
             f"{r['ray_fps']:,} | {r['ratio']:.2f} | {r['get_ms_per_unroll']} |"
         )
+    transport(args.envs_per_actor)
+
+
+def transport(envs: int, unroll_length: int = 20, frame=(4, 84, 84), calls: int = 20) -> None:
+    """The cost of moving unrolls alone: a Ray actor returns an unroll-sized dict of numpy
+    arrays (the Atari frames dominate: `(T+1) x envs x 4 x 84 x 84` bytes), on the driver's
+    node and on another node (Ray's object manager copies it between the nodes' stores, over
+    loopback TCP here), and the driver fetches it; ms per call and per env's unroll."""
+    import time
+
+    import numpy as np
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    head = {"num_cpus": 1, "include_dashboard": False, "_system_config": {"worker_niceness": 0}}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    other = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="ERROR")
+
+    class Source:
+        def __init__(self) -> None:
+            steps = unroll_length + 1
+            self.unroll = {
+                "frame": np.zeros((steps, envs, *frame), np.uint8),
+                "policy_logits": np.zeros((steps, envs, 6), np.float32),
+                **{k: np.zeros((steps, envs), np.float32) for k in ("reward", "baseline")},
+            }
+
+        def get(self) -> dict:
+            return self.unroll
+
+    try:
+        here = ray.get_runtime_context().get_node_id()
+        size = None
+        for name, node in (("same node", here), ("other node", other.node_id)):
+            strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+            source = ray.remote(Source).options(scheduling_strategy=strategy).remote()
+            ray.get(source.get.remote())  # warm up
+            start = time.perf_counter()
+            for _ in range(calls):
+                out = ray.get(source.get.remote())
+            seconds = (time.perf_counter() - start) / calls
+            size = sum(a.nbytes for a in out.values())
+            print(
+                f"transport ({name}): {seconds * 1000:.1f} ms per call of {size / 1e6:.1f} MB "
+                f"({envs} envs' unrolls): {seconds * 1000 / envs:.2f} ms per env's unroll, "
+                f"{size / seconds / 1e9:.2f} GB/s"
+            )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 if __name__ == "__main__":

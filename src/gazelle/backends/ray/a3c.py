@@ -330,5 +330,9 @@ class RayWorkerFleet:
         self.server.closed = True
         with contextlib.suppress(Exception):
             self._ray.kill(self.server.handle, no_restart=True)
+        # why: no Ray object may outlive `ray.shutdown()` (see RayFleet.close).
+        self.server.handle = None
+        self.handles = [None] * len(self.handles)
+        self.runs = [None] * len(self.runs)
         if self.owns_ray:
             self._ray.shutdown()

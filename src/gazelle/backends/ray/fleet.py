@@ -49,6 +49,11 @@ class RayParams:
         with self._lock:
             self._flat, self._version = flat, version
 
+    def forget(self) -> None:
+        """Drop the object reference (before Ray shuts down)."""
+        with self._lock:
+            self._ref, self._ref_version = None, -2
+
     def latest(self) -> tuple[list[Any], int]:
         """`([ref], version)` of the newest weights (put now if not yet in the store)."""
         import ray
@@ -320,11 +325,23 @@ class RayFleet:
     def close(self, timeout: float = 10.0) -> None:
         self._stop.set()
         if self._pump_thread is not None:
-            self._pump_thread.join(timeout=timeout)
+            # why: one pump iteration is bounded (a 0.1 s wait, then ready results), so it
+            # ends soon; it must end before Ray may be shut down under it.
+            self._pump_thread.join(timeout=max(timeout, 60.0))
         for handle in [*self.handles, self.server]:
             if handle is not None:
                 with contextlib.suppress(Exception):
                     self._ray.kill(handle, no_restart=True)
+        # why: drop every Ray object this fleet holds (call refs, results backed by the
+        # object store, actor handles, the weights' ref) while Ray is up: freeing one after
+        # `ray.shutdown()` makes Ray's core worker exit the whole process (seen in
+        # benchmarks/ray_scaling.py, which shuts its cluster down after each run).
+        with self._cond:
+            self._in_flight.clear()
+            self._ready.clear()
+        self.handles = [None] * len(self.handles)
+        self.server = None
+        self.params.forget()
         if self.owns_ray:
             self._ray.shutdown()
 
