@@ -43,19 +43,10 @@ def cluster():
     nodes.shutdown()
 
 
-def small(tmp_path, **overrides) -> Config:
-    base = dict(
-        env="CartPole-v1",
-        backend="ray",
-        num_actors=2,
-        envs_per_actor=2,
-        batch_size=4,
-        unroll_length=10,
-        log_interval_s=0.5,
-        checkpoint_interval_s=1000.0,
-        logdir=str(tmp_path),
-    )
-    return Config.of(**{**base, **overrides})
+@pytest.fixture
+def small(small_config):
+    """conftest's small CartPole run (`SMALL`), on the Ray backend."""
+    return lambda **overrides: small_config(backend="ray", **overrides)
 
 
 def rows(logdir) -> list[dict]:
@@ -69,15 +60,15 @@ def test_the_cluster_has_two_nodes_on_loopback(cluster):
     assert {n["NodeManagerAddress"] for n in alive} == {"127.0.0.1"}
 
 
-def test_impala_trains_on_ray_and_uses_both_nodes(cluster, tmp_path):
-    result = train(small(tmp_path, total_frames=3000))
+def test_impala_trains_on_ray_and_uses_both_nodes(cluster, small, tmp_path):
+    result = train(small(total_frames=3000))
     assert result.frames >= 3000 and result.episodes > 0 and result.actor_restarts == 0
     assert result.updates == result.frames // 40
     last = rows(tmp_path)[-1]
     assert last["charts/policy_lag"] >= 0 and "ray/get_ms_per_unroll" in last
 
 
-def test_a_killed_actor_process_is_replaced_and_training_goes_on(cluster, tmp_path):
+def test_a_killed_actor_process_is_replaced_and_training_goes_on(cluster, small, tmp_path):
     killed: list[int] = []
 
     def kill_one(progress: dict) -> None:
@@ -89,7 +80,7 @@ def test_a_killed_actor_process_is_replaced_and_training_goes_on(cluster, tmp_pa
         os.kill(pids[0], signal.SIGKILL)
         killed.append(pids[0])
 
-    result = train(small(tmp_path, total_frames=8000), on_progress=kill_one)
+    result = train(small(total_frames=8000), on_progress=kill_one)
     assert killed, "the run ended before an actor could be killed"
     assert result.frames >= 8000 and result.actor_restarts >= 1
     logged = [r.get("charts/actor_restarts", 0) for r in rows(tmp_path)]
@@ -99,17 +90,17 @@ def test_a_killed_actor_process_is_replaced_and_training_goes_on(cluster, tmp_pa
     assert after[-1] - after[0] >= 2000
 
 
-def test_a_ray_run_resumes_from_its_checkpoint(cluster, tmp_path):
-    first = train(small(tmp_path, total_frames=2000))
+def test_a_ray_run_resumes_from_its_checkpoint(cluster, small, tmp_path):
+    first = train(small(total_frames=2000))
     saved = load(tmp_path / "checkpoint.pt")
     assert saved["frames"] == first.frames
-    second = train(small(tmp_path, total_frames=4000))
+    second = train(small(total_frames=4000))
     assert second.frames >= 4000
     assert second.updates == first.updates + (second.frames - first.frames) // 40
 
 
-def test_central_inference_on_ray_serves_the_actors(cluster, tmp_path):
-    result = train(small(tmp_path, total_frames=2000, inference="central", use_lstm=True))
+def test_central_inference_on_ray_serves_the_actors(cluster, small, tmp_path):
+    result = train(small(total_frames=2000, inference="central", use_lstm=True))
     assert result.frames >= 2000 and result.actor_restarts == 0
     batches = [r["charts/inference_batch"] for r in rows(tmp_path) if "charts/inference_batch" in r]
     assert batches and all(b >= 2 for b in batches)  # at least one actor's envs per batch
