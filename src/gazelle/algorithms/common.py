@@ -15,10 +15,10 @@ from gazelle.algorithms.preflight import check_logdir, check_torso
 from gazelle.config import (
     Config,
     ConfigError,
-    default_num_actors,
     resolve,
     validate,
 )
+from gazelle.runtime.learner import cpu_has_native_bf16
 from gazelle.types import ObsSpec
 
 
@@ -128,6 +128,11 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     config = _atari_frames(config)
     found = probe(config)
     device = resolve_device(config.run.device)
+    if config.run.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        print(
+            "gazelle: warning: --precision bf16 on a CPU without bf16 hardware (AVX512-BF16 "
+            "or AMX): torch emulates it, 13x slower than fp32 on the deep torso; use fp32"
+        )
     config = resolve(
         config,
         found.obs_spec.is_image,
@@ -138,8 +143,6 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     validate(config)
     check_torso(config, found.obs_spec)
     check_logdir(config)
-    if config.actors.num_actors is None:
-        config = config.replace(num_actors=default_num_actors(len(found.levels)))
     if config.actors.inference == "auto":
         # why: as in the seed, dynamic batching when the learner has a GPU (one big batch on
         # the device instead of every actor running the net on a CPU core); on CPU the
@@ -149,6 +152,12 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         found = dataclasses.replace(
             found, obs_spec=dataclasses.replace(found.obs_spec, has_instruction=False)
         )
+    if config.actors.num_actors is None:
+        from gazelle.algorithms.layout import choose_num_actors
+
+        num_actors, why = choose_num_actors(config, found, device)
+        print(why)
+        config = config.replace(num_actors=num_actors)
     seed = config.run.seed
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use

@@ -59,6 +59,9 @@ def run(
     else:
         parts = measure_parts(config, part_seconds)
     resolved: Config = parts["config"]
+    # why: train with the actors the parts' build chose (a layout left unset is measured
+    # at start-up, and a second measurement could choose differently from the one reported)
+    config = config.replace(num_actors=resolved.actors.num_actors)
     fps, points = train_fps(config, seconds)
     limit_fps = limit(parts["rates"], cores, parts["action_repeats"])
     env_limit = cores * parts["rates"]["env_steps_per_core_s"] * parts["action_repeats"]

@@ -76,8 +76,10 @@ class ActorConfig:
     """Ray backend: start the private Ray instance with its dashboard (on 127.0.0.1:8265);
     off by default, as it lets anyone who can reach it run code on the cluster."""
     num_actors: int | None = None
-    """Actor processes; None: the machine's cores minus one for the learner (at least 2, and
-    at least one per level of a multi-task --env)."""
+    """Actor processes; None: IMPALA on a CPU learner measures what an agent step costs in
+    acting and in learning at start-up and gives the actors their share of the cores (the
+    `gazelle: layout:` line); with a GPU learner, A3C or Ray, the cores minus one (at least
+    2). Always at least one per level of a multi-task --env."""
     envs_per_actor: int | None = None
     """Envs each actor steps, with their inference batched."""
     inference: str = "auto"

@@ -1,0 +1,73 @@
+"""The layout gazelle chooses when `--num-actors` is left unset (gazelle.algorithms.layout)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gazelle.algorithms.common import prepare
+from gazelle.algorithms.layout import StepCosts, actors_for, choose_num_actors
+from gazelle.config import Config, default_num_actors
+
+# Core-milliseconds per agent step measured on this project's 2-core machine (Pong, the
+# gazelle preset: B=8, no LSTM, 32 envs per actor; `gazelle: layout:` lines).
+SHALLOW = StepCosts(0.495e-3, 0.119e-3, 0.391e-3)
+NATURE = StepCosts(0.474e-3, 0.281e-3, 1.003e-3)
+DEEP = StepCosts(0.471e-3, 1.507e-3, 5.763e-3)
+
+
+def test_two_cores_match_the_scaling_tables_best_rows():
+    # docs/performance.md: 2 actors for shallow (acting is most of the work), 1 for
+    # nature and deep (the learner is).
+    assert actors_for(SHALLOW, cores=2) == 2
+    assert actors_for(NATURE, cores=2) == 1
+    assert actors_for(DEEP, cores=2) == 1
+
+
+def test_actors_get_their_share_of_a_bigger_machine():
+    assert SHALLOW.acting_share == pytest.approx(0.611, abs=1e-3)
+    assert actors_for(SHALLOW, cores=16) == 10  # ceil(16 * 0.611 - 0.15)
+    assert actors_for(DEEP, cores=16) == 4  # ceil(16 * 0.256 - 0.15)
+    assert actors_for(StepCosts(1.0, 0.0, 0.0), cores=8) == 8  # never more than the cores
+
+
+def test_a_share_just_over_a_whole_core_does_not_add_an_actor():
+    # 2 cores x 0.55 = 1.1 cores of acting: a second actor would idle most of its time.
+    costs = StepCosts(0.55, 0.0, 0.45)
+    assert actors_for(costs, cores=2) == 1
+    assert actors_for(StepCosts(0.6, 0.0, 0.4), cores=2) == 2  # 1.2 cores: past the slack
+
+
+def test_every_level_gets_an_actor():
+    assert actors_for(DEEP, cores=2, num_levels=3) == 3
+
+
+def test_without_a_cpu_learner_the_rule_is_not_measured(small_config):
+    config, found, _ = prepare(small_config(num_actors=2))
+    cuda = torch.device("cuda")
+    n, line = choose_num_actors(config.replace(num_actors=None), found, cuda, cores=8)
+    assert n == default_num_actors(1, 8) == 7 and "every core but the learner's" in line
+    a3c = config.replace(num_actors=None, algo="a3c")
+    n, line = choose_num_actors(a3c, found, torch.device("cpu"), cores=8)
+    assert n == 7 and "cores - 1" in line
+
+
+def test_an_unset_layout_is_measured_and_reported(small_config, capsys):
+    config, _, _ = prepare(small_config(num_actors=None))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "gazelle: layout:" in x)
+    match = re.search(r"layout: (\d+) actors? x 2 envs on (\d+) cores: .* acting (\d+)%", line)
+    assert match, line
+    n, cores, share = (int(g) for g in match.groups())
+    assert config.actors.num_actors == n and 1 <= n <= cores
+    # the printed share is rounded to a percent: n follows from it but at a rounding edge
+    assert abs(n - (cores * share / 100 - 0.15)) < 1 + cores * 0.005
+
+
+def test_bf16_on_a_cpu_without_bf16_hardware_warns(small_config, capsys):
+    from gazelle.runtime.learner import cpu_has_native_bf16
+
+    prepare(small_config(precision="bf16", device="cpu"))
+    warned = "without bf16 hardware" in capsys.readouterr().out
+    assert warned == (not cpu_has_native_bf16())
