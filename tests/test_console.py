@@ -169,3 +169,26 @@ def test_plain_line_fields() -> None:
     no_budget = Progress(frames=7, fps=1.0, elapsed_s=0.0)
     assert no_budget.fraction is None and no_budget.time_left() is None
     assert format_line(no_budget) == "frames 7 | 1 fps | return - | elapsed 0:00:00"
+
+
+def test_time_left_ends_at_max_seconds_when_that_comes_first() -> None:
+    # a bench-like run: a huge frame budget, cut by --max-seconds
+    huge = Progress(frames=1_000, fps=100.0, elapsed_s=10.0, total_frames=10**12,
+                    seconds_to_deadline=30.0)  # fmt: skip
+    assert huge.time_left() == 30.0
+    assert "left 0:00:30" in format_line(huge)
+    near = Progress(frames=900, fps=100.0, elapsed_s=10.0, total_frames=1_000,
+                    seconds_to_deadline=30.0)  # fmt: skip
+    assert near.time_left() == 1.0  # the frame budget ends first
+    no_budget = Progress(frames=7, fps=1.0, elapsed_s=0.0, seconds_to_deadline=5.0)
+    assert no_budget.time_left() == 5.0
+
+
+def test_the_run_logger_counts_max_seconds_from_its_own_start(tmp_path: Path) -> None:
+    from gazelle.logging import RunLogger
+
+    logger = RunLogger(tmp_path, total_frames=10**12, console=False, tensorboard=False,
+                       max_seconds=3600.0)  # fmt: skip
+    left = logger.snapshot(100, 10.0).time_left()
+    assert left is not None and 3590.0 < left <= 3600.0
+    logger.close()

@@ -9,7 +9,7 @@ import torch
 
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.layout import StepCosts, actors_for, choose_num_actors
-from gazelle.config import Config, default_num_actors
+from gazelle.config import default_num_actors
 
 # Core-milliseconds per agent step measured on this project's 2-core machine (Pong, the
 # gazelle preset: B=8, no LSTM, 32 envs per actor; `gazelle: layout:` lines).

@@ -67,7 +67,8 @@ class Progress:
 
     `level_returns` maps each level with finished episodes to its recent mean return;
     `policy_lag` (mean learner updates between acting and learning) and `actor_restarts`
-    are None where the algorithm has no such number.
+    are None where the algorithm has no such number; `seconds_to_deadline`: what is left of
+    `--max-seconds`, None without it.
     """
 
     frames: int
@@ -78,6 +79,7 @@ class Progress:
     level_returns: Mapping[str, float | None] = field(default_factory=dict)
     policy_lag: float | None = None
     actor_restarts: int | None = None
+    seconds_to_deadline: float | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -87,10 +89,15 @@ class Progress:
         return min(max(self.frames / self.total_frames, 0.0), 1.0)
 
     def time_left(self) -> float | None:
-        """Seconds to the end of the budget at the current frames/s (inf at 0 frames/s)."""
-        if not self.total_frames:
+        """Seconds to the end of the run: of the frame budget at the current frames/s (inf
+        at 0 frames/s) or of `--max-seconds`, whichever comes first."""
+        if not self.total_frames and self.seconds_to_deadline is None:
             return None
-        left = (self.total_frames - self.frames) / self.fps if self.fps > 0 else math.inf
+        left = math.inf
+        if self.total_frames:
+            left = (self.total_frames - self.frames) / self.fps if self.fps > 0 else math.inf
+        if self.seconds_to_deadline is not None:
+            left = min(left, self.seconds_to_deadline)
         return max(left, 0.0)
 
 

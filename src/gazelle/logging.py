@@ -95,6 +95,7 @@ class RunLogger:
         stream: IO[str] | None = None,
         resume_frames: int | None = None,
         sinks: Sequence[RowSink] = (),
+        max_seconds: float | None = None,
     ) -> None:
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +105,8 @@ class RunLogger:
         self._console = None if isinstance(console, bool) else console
         self._sinks = list(sinks)
         self._start = time.monotonic()
+        # why: --max-seconds counts from this invocation's start (not the resumed run's)
+        self._deadline = None if max_seconds is None else self._start + max_seconds
         self._time_offset = 0.0
         self._returns: collections.deque[float] = collections.deque(maxlen=RETURN_WINDOW)
         self._level_returns: dict[str, collections.deque[float]] = {}
@@ -232,6 +235,9 @@ class RunLogger:
             level_returns={level: self.recent_return(level) for level in self._level_returns},
             policy_lag=policy_lag,
             actor_restarts=actor_restarts,
+            seconds_to_deadline=(
+                None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+            ),
         )
 
     def format_line(self, frames: int, fps: float) -> str:

@@ -45,6 +45,7 @@ def open_run_logger(
             resume_frames=resume_frames,
             console=make_console(quiet=run.quiet),
             sinks=sinks,
+            max_seconds=run.max_seconds,
         )
     except BaseException:
         for sink in sinks:
