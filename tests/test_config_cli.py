@@ -238,3 +238,15 @@ def test_full_action_space_gives_every_game_the_18_actions():
     assert found.levels == ["ALE/Breakout-v5", "ALE/Pong-v5"] and found.kind == "atari"
     assert found.obs_spec.num_actions == 18 and found.action_repeats == 4
     assert env_kwargs(config)["full_action_space"] is True  # the actors' envs get it too
+
+
+def test_a3c_clips_gradients_as_the_seed_on_atari_and_not_on_vector_tasks():
+    import math
+
+    a3c = Config.of(algo="a3c", env="CartPole-v1")
+    assert a3c.a3c.grad_norm_clip is None  # unset: the family's preset decides
+    assert resolve(a3c, frame_is_image=False).a3c.grad_norm_clip == math.inf
+    pong = Config.of(algo="a3c", env="ALE/Pong-v5")
+    assert resolve(pong, frame_is_image=True, env_kind="atari").a3c.grad_norm_clip == 40.0
+    mine = Config.of(algo="a3c", env="CartPole-v1", grad_norm_clip=40.0)
+    assert resolve(mine, frame_is_image=False).a3c.grad_norm_clip == 40.0

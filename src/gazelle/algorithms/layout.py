@@ -105,7 +105,7 @@ def choose_num_actors(
     measured = config.algo == "impala" and config.actors.backend == "local" and device.type == "cpu"
     if not measured:
         n = default_num_actors(levels, cores)
-        why = "every core but the learner's" if config.algo == "impala" else "cores - 1"
+        why = "every core but the learner's" if config.algo == "impala" else "cores - 1, at least 2"
         return n, f"gazelle: layout: {n} actor{'s' if n > 1 else ''} ({why}, {cores} cores)"
     costs = measure_costs(config, found, device)
     n = actors_for(costs, cores, levels)

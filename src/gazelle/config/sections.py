@@ -207,8 +207,9 @@ class A3CConfig:
     """Weight of the entropy bonus (seed: 0.01)."""
     baseline_cost: float = 0.5
     """Weight of the value loss (seed: 0.5)."""
-    grad_norm_clip: float | None = 40.0
-    """Clip each worker's gradient to this global norm (seed: 40)."""
+    grad_norm_clip: float | None = None
+    """Clip each worker's gradient to this global norm; inf: no clipping; unset: the env
+    family's preset (the seed's 40 for Atari, DMLab and images; none for vector tasks)."""
     reward_clipping: str = "none"
     """abs_one | soft_asymmetric | none (seed: none)."""
     queue_size: int = 5
