@@ -124,3 +124,21 @@ def test_median_of_even_count_is_midpoint() -> None:
     result = atari_aggregate(returns)
     assert result["median"] == pytest.approx(50.0)
     assert result["mean"] == pytest.approx(float(np.mean([100, 100, 0, 0])))
+
+
+def test_both_algorithms_log_the_score_through_telemetry(tmp_path):
+    # IMPALA's and A3C's progress rows both take `Telemetry.scores()`.
+    from gazelle.algorithms.telemetry import Telemetry
+    from gazelle.logging import RunLogger, Timings
+
+    logger = RunLogger(tmp_path, console=False, tensorboard=False)
+    telemetry = Telemetry(logger, Timings(), ["PongNoFrameskip-v4", "ALE/Breakout-v5"], 4)
+    logger.episode("PongNoFrameskip-v4", 0.0, 100, 100)
+    assert telemetry.scores() == {}  # Breakout has no episode yet
+    logger.episode("ALE/Breakout-v5", 30.5, 100, 200)
+    expected = per_level_scores({"PongNoFrameskip-v4": [0.0], "ALE/Breakout-v5": [30.5]})
+    got = telemetry.scores()
+    assert got["scores/human_normalized_no_cap"] == pytest.approx(
+        float(np.mean(list(expected.values())))
+    )
+    logger.close()

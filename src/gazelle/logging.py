@@ -168,6 +168,21 @@ class RunLogger:
         """The recent returns of every level seen so far (a copy), oldest first."""
         return {level: list(window) for level, window in self._level_returns.items()}
 
+    def returns_state(self) -> dict[str, list[float]]:
+        """The recent-return windows, for a checkpoint: all levels under "", then each level."""
+        return {"": list(self._returns), **self.level_returns()}
+
+    def load_returns_state(self, state: dict[str, list[float]]) -> None:
+        """Refill the windows from `returns_state()`'s output, so that a resumed run's recent
+        return continues the old one (an empty window would show the first episodes to end,
+        the shortest ones: on Pong the lost ones)."""
+        self._returns.clear()
+        self._returns.extend(float(r) for r in state.get("", []))
+        for level, values in state.items():
+            if level:
+                window = collections.deque((float(r) for r in values), maxlen=RETURN_WINDOW)
+                self._level_returns[level] = window
+
     def elapsed(self) -> float:
         """Seconds of training so far (including those before a resume)."""
         return self._time_offset + time.monotonic() - self._start

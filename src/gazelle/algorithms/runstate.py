@@ -73,9 +73,11 @@ def save(
     updates: int,
     episodes: int,
     levels: list[str],
+    returns: dict[str, list[float]] | None = None,
 ) -> None:
     """An atomic checkpoint with everything an exact resume needs; never one of non-finite
-    weights (the previous checkpoint stays, and a line says so)."""
+    weights (the previous checkpoint stays, and a line says so). `returns`: the logger's
+    recent-return windows (`RunLogger.returns_state`)."""
     if not all(bool(torch.isfinite(p).all()) for p in agent.parameters()):
         print(f"gazelle: the weights are not finite; {path} keeps the last good checkpoint")
         return
@@ -90,6 +92,7 @@ def save(
             "rng": checkpoint.rng_state(),
             "config": config.to_dict(),
             "levels": list(levels),
+            "returns": dict(returns or {}),
         },
     )
 
@@ -100,8 +103,9 @@ def restore(
     agent: torch.nn.Module,
     optimizer: StateHolder,
     device: torch.device,
-) -> dict[str, int]:
-    """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters.
+) -> dict[str, Any]:
+    """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters
+    (`frames`, `updates`, `episodes`) and the logger's recent-return windows (`returns`).
 
     Raises ValueError naming the flag when the checkpoint was trained with another env,
     torso, core or algorithm (a checkpoint of gazelle 0.1, saved before the config had
@@ -123,6 +127,7 @@ def restore(
         "frames": int(state["frames"]),
         "updates": int(state["updates"]),
         "episodes": int(state.get("episodes", 0)),
+        "returns": {str(k): [float(r) for r in v] for k, v in state.get("returns", {}).items()},
     }
 
 

@@ -29,6 +29,21 @@ class Telemetry:
         self.env_errors = 0
         self.hung = 0
 
+    def scores(self) -> dict[str, float]:
+        """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
+        every level is in a score table and has returns; {} otherwise."""
+        from gazelle.envs import scores
+
+        returns = self.logger.level_returns()
+        if len(returns) < len(self.levels) or not all(returns.values()):
+            return {}
+        try:
+            no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
+            cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
+        except (KeyError, ValueError):
+            return {}
+        return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+
     def consume(self, events: list[dict[str, Any]], frames: int) -> None:
         """Log each event at the learner's current `frames`."""
         for event in events:

@@ -86,14 +86,16 @@ def train(
     server, fleet = _workers(config, agent, specs, settings, decay_frames)
     logdir = Path(config.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
-    episodes = 0
+    episodes, returns = 0, {}
     if config.run.resume and ckpt_path.exists():
         counters = restore(ckpt_path, config, agent, server, device)
+        returns = counters["returns"]
         server.load_weights(agent)
         episodes = counters["episodes"]
         print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
     total = int(config.run.total_frames or 0)
     logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
+    logger.load_returns_state(returns)
     write_config(logdir, config)
     print(_describe(config, len(specs)))
     timings = Timings()
@@ -125,7 +127,8 @@ def train(
                 if now - last_ckpt >= config.run.checkpoint_interval_s:
                     server.pull(agent)  # why: on Ray the global weights live elsewhere
                     save(ckpt_path, config, agent, server, server.frame_count,
-                         server.step_count, telemetry.episodes, found.levels)  # fmt: skip
+                         server.step_count, telemetry.episodes, found.levels,
+                         logger.returns_state())  # fmt: skip
                     last_ckpt = now
     except KeyboardInterrupt:
         interrupted = True
@@ -137,7 +140,7 @@ def train(
         )
         server.pull(agent)
         save(ckpt_path, config, agent, server, server.frame_count, server.step_count,
-             telemetry.episodes, found.levels)  # fmt: skip
+             telemetry.episodes, found.levels, logger.returns_state())  # fmt: skip
         if hasattr(fleet, "shutdown"):
             fleet.shutdown()
         logger.progress(server.frame_count, fps(), {})
@@ -210,6 +213,7 @@ def _log(
             "charts/actors_hung": float(telemetry.hung),
             "charts/env_errors": float(telemetry.env_errors),
             **timings.means(),
+            **telemetry.scores(),
         }
     )
     logger.scalars(scalars, frames)

@@ -76,7 +76,7 @@ def train(
     cfg = run.config
     logdir = Path(cfg.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
-    counters = {"frames": 0, "updates": 0, "episodes": 0}
+    counters: dict[str, Any] = {"frames": 0, "updates": 0, "episodes": 0, "returns": {}}
     if cfg.run.resume and ckpt_path.exists():
         counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
         print(
@@ -86,6 +86,7 @@ def train(
     logger = open_run_logger(
         cfg, total_frames=run.total_frames, resume_frames=counters["frames"] or None
     )
+    logger.load_returns_state(counters["returns"])
     write_config(logdir, cfg)
     print(describe(run))
     timings = Timings()
@@ -123,6 +124,7 @@ def train(
             state.updates,
             telemetry.episodes,
             run.levels,
+            logger.returns_state(),
         )
         fps = state.fps()
         logger.progress(state.frames, fps, {k: float(v) for k, v in state.metrics.items()})
@@ -223,6 +225,7 @@ def _loop(
                 state.updates,
                 telemetry.episodes,
                 run.levels,
+                logger.returns_state(),
             )
             last_ckpt = now
 

@@ -58,7 +58,7 @@ def log_progress(
     fps = state.fps()
     scalars = {**{k: float(v) for k, v in state.metrics.items()}, "charts/fps": fps}
     scalars.update(timings.means())
-    scalars.update(scores(run, logger))
+    scalars.update(telemetry.scores())
     logger.scalars(scalars, state.frames)
     counts = telemetry.take_action_counts()
     if counts is not None:
@@ -87,22 +87,6 @@ def console_extras(state: Any, telemetry: Telemetry) -> dict[str, Any]:
         "policy_lag": None if lag is None else float(lag),
         "actor_restarts": telemetry.restarts,
     }
-
-
-def scores(run: ImpalaRun, logger: RunLogger) -> dict[str, float]:
-    """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
-    every level is in a score table and has returns; {} otherwise."""
-    from gazelle.envs import scores
-
-    returns = {level: list(values) for level, values in logger.level_returns().items()}
-    if len(returns) < len(run.levels) or not all(returns.values()):
-        return {}
-    try:
-        no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
-        cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
-    except (KeyError, ValueError):
-        return {}
-    return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
 
 
 def describe(run: ImpalaRun) -> str:
