@@ -31,10 +31,11 @@ if TYPE_CHECKING:
     from gazelle.algorithms.common import EnvProbe
 
 #: Acting's share of the cores is rounded up only past this fraction of a core: an actor
-#: that would be idle most of the time still costs a process and its memory, and when the
-#: two parts cost about the same (nature on 2 cores: 49% acting) one actor next to the
-#: learner ran 1.17x faster than two (docs/performance.md, scaling table).
-SLACK = 0.15
+#: that would be idle most of the time still costs a process, its memory and a share of the
+#: learner's core. Small, so that the choice sits far from the measured shares: on 2 cores
+#: the threshold is a share of 0.525, between nature's 0.43 (1 actor best) and shallow's
+#: and CartPole's 0.60-0.63 (2 actors best), each measured at start-up to +-0.03.
+SLACK = 0.05
 
 #: Seconds each part is measured for at start-up.
 MEASURE_S = 0.4
