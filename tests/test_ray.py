@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,31 +162,96 @@ def test_impala_on_ray_learns_cartpole_to_450(cluster, tmp_path):
     )
 
 
-def test_a_private_instance_listens_on_loopback_only_without_dashboard():
-    """`connect(None)` in a fresh interpreter (no test setting): every port Ray opens is on
-    127.0.0.1, and no dashboard runs."""
+def _descendants(root: int) -> set[int]:
+    """`root` and every process below it (from /proc: pid -> parent pid)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, grew = {root}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in found}
+        grew = not below <= found
+        found |= below
+    return found
+
+
+def _listening(pids: set[int]) -> list[str]:
+    """`ADDR:PORT` of every listening TCP socket owned by one of `pids` (`ss -ltnp`)."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    return [
+        line.split()[3] for line in out.splitlines() if any(f"pid={pid}," in line for pid in pids)
+    ]
+
+
+def _clean_env() -> dict[str, str]:
+    """A user's shell: no variable of conftest's or Ray's."""
+    keep = ("PATH", "HOME", "LANG", "PYTHONPATH", "TMPDIR")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def test_a_private_run_from_the_cli_listens_on_loopback_only(tmp_path):
+    """`gazelle train --backend ray` as a user starts it (no --ray-address, an environment
+    without conftest's settings): every listening socket of the run's processes (the
+    driver, Ray's GCS, raylet and workers) is on loopback while it trains, and it ends
+    with a checkpoint."""
+    import shutil
+    import sys
+
+    from gazelle.backends.ray.cluster import is_loopback
+
+    gazelle = shutil.which("gazelle")
+    command = [gazelle] if gazelle else [sys.executable, "-m", "gazelle.cli"]
+    args = ["train", "--backend", "ray", "--env", "CartPole-v1", "--num-actors", "1",
+            "--envs-per-actor", "2", "--batch-size", "2", "--total-frames", "10000000", "--log-interval-s", "1",
+            "--logdir", str(tmp_path / "run")]  # fmt: skip
+    run = subprocess.Popen(
+        command + args, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, text=True,
+    )  # fmt: skip
+    try:
+        progress = tmp_path / "run" / "progress.jsonl"
+        deadline = time.monotonic() + 240
+        while not (progress.exists() and progress.read_text().strip()):
+            assert run.poll() is None, run.stdout.read() if run.stdout else ""
+            assert time.monotonic() < deadline, "no progress row in 240 s"
+            time.sleep(1)
+        sockets = _listening(_descendants(run.pid))
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGINT)
+        output, _ = run.communicate(timeout=120)
+    assert len(sockets) >= 3, (sockets, output[-2000:])  # the driver, the GCS, the raylet
+    exposed = [s for s in sockets if not is_loopback(s.rsplit(":", 1)[0])]
+    assert not exposed, (exposed, sockets)
+    assert run.returncode == 0, output[-2000:]
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_a_private_instance_is_private_whatever_was_imported_first():
+    """`connect(None)` in a fresh interpreter that imported Ray first, with an environment
+    that asks Ray for a reachable address and no token: every port Ray opens is still on
+    127.0.0.1, token authentication is on, and no dashboard runs."""
     import sys
 
     code = (
         "import os, subprocess\n"
-        "os.environ.pop('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', None)\n"
-        "from gazelle.backends.ray.cluster import connect\n"
+        "import ray  # first, before gazelle could set anything\n"
+        "from gazelle.backends.ray.cluster import connect, token_auth_on\n"
         "assert connect(None)\n"
-        "import ray\n"
         "print('node', ray.nodes()[0]['NodeManagerAddress'])\n"
-        "print('dashboard', ray.get_runtime_context().get_node_id() and\n"
-        "      ray._private.worker.global_worker.node.webui_url)\n"
-        "ss = subprocess.run(['ss', '-ltnp'], capture_output=True, text=True).stdout\n"
-        "ports = [l.split()[3] for l in ss.splitlines()[1:] if 'pid=%d' % os.getpid() in l\n"
-        "         or 'raylet' in l or 'gcs_server' in l]\n"
-        "print('ports', ports)\n"
+        "print('token', token_auth_on())\n"
+        "print('dashboard', ray._private.worker.global_worker.node.webui_url)\n"
         "ray.shutdown()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {**_clean_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert lines["node"] == "127.0.0.1"
+    assert lines["token"] == "True"
     assert lines["dashboard"] in ("None", "")
-    ports = eval(lines["ports"])  # a printed list of "ADDR:PORT"
-    assert ports and all("127.0.0.1" in p for p in ports), ports

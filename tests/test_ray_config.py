@@ -50,3 +50,60 @@ def test_a_ray_flag_without_the_ray_backend_is_an_error(flag):
 def test_ray_actor_cpus_must_be_positive():
     with pytest.raises(ConfigError, match=r"--ray-actor-cpus: invalid value 0\.0"):
         validate(Config.of(env="CartPole-v1", backend="ray", ray_actor_cpus=0.0))
+
+
+ray = pytest.importorskip("ray", reason="the ray tests need pip install -e '.[ray]'")
+
+
+def test_a_ray_client_address_is_a_one_line_error():
+    from gazelle.backends.ray.cluster import connect
+
+    with pytest.raises(ConfigError, match=r"^--ray-address: invalid value 'ray://10\.0\.0\.5") as e:
+        connect("ray://10.0.0.5:10001")
+    assert "not supported" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("[::ffff:127.0.0.1]", True), ("::1", True), ("localhost", True),
+     ("0.0.0.0", False), ("*", False), ("192.0.2.2", False), ("", False), ("::", False)],
+)  # fmt: skip
+def test_loopback_addresses(host, loopback):
+    from gazelle.backends.ray.cluster import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+def test_a_private_instance_that_reports_an_exposed_address_or_no_token_is_refused():
+    from gazelle.backends.ray.cluster import check_private
+    from gazelle.errors import RunError
+
+    private = {"node": "127.0.0.1", "gcs": "127.0.0.1", "node 1a2b3c4d": "127.0.0.1"}
+    check_private(private, token=True)  # no error
+    with pytest.raises(RunError, match=r"not on loopback \(gcs 192\.0\.2\.2\)"):
+        check_private({**private, "gcs": "192.0.2.2"}, token=True)
+    with pytest.raises(RunError, match="without token authentication"):
+        check_private(private, token=False)
+
+
+def test_an_old_ray_is_refused_naming_the_supported_range(monkeypatch):
+    from gazelle.backends.ray import cluster
+
+    monkeypatch.setattr(ray, "__version__", "2.58.0")
+    with pytest.raises(ConfigError, match=r"Ray 2\.58\.0 is installed.*ray>=2\.59,<3"):
+        cluster.require_ray()
+
+
+def test_the_dashboard_without_its_packages_says_what_to_install(tmp_path):
+    """`gazelle train --backend ray --ray-dashboard` where Ray's dashboard packages
+    (`ray[default]`) cannot be imported: one line naming the install, no traceback."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None  # as if ray[default] were not installed\n"
+        "from gazelle.cli import main\n"
+        f"sys.exit(main(['train', '--backend', 'ray', '--ray-dashboard', '--logdir',"
+        f" r'{tmp_path}', '--total-frames', '100']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "--ray-dashboard" in out.stderr and "ray[default]" in out.stderr

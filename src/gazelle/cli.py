@@ -235,11 +235,14 @@ def _one_line_errors(parser: argparse.ArgumentParser, command: str, run: Any) ->
     """Run a command; a bad flag value (ConfigError, or a ValueError whose message names the
     flag) or a missing file exits 2 with one line instead of a traceback."""
     from gazelle.checkpoint import CheckpointError, CheckpointNotFoundError
+    from gazelle.errors import RunError
 
     try:
         return int(run())
     except ConfigError as err:
         parser.exit(2, f"gazelle {command}: error: {err}\n")
+    except RunError as err:
+        parser.exit(1, f"gazelle {command}: error: {err}\n")
     except CheckpointError as err:
         if isinstance(err, CheckpointNotFoundError):
             parser.exit(2, f"gazelle {command}: error: {err}\n")
