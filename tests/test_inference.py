@@ -260,3 +260,41 @@ def test_training_with_central_inference(tmp_path):
     assert any(r.get("charts/inference_batch", 0) >= 2 for r in rows)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["actors"]["inference"] == "central"
+
+
+def test_the_ray_inference_servers_thread_reports_its_failure_to_every_caller():
+    """The Ray server's batching thread dies on a bad batch: the callers waiting on it, and
+    every later call and heartbeat, raise its error instead of waiting forever (the server
+    class is plain Python; no Ray needed)."""
+    from gazelle import plugins
+    from gazelle.backends.ray.inference import InferenceHost, ServerFailed
+
+    class Broken(torch.nn.Module):
+        def step(self, *args, **kwargs):
+            raise ValueError("bad batch")
+
+    host = InferenceHost(plugins.capture(), Broken(), "cpu", max_batch=4, max_wait_s=0.05)
+    inputs = {
+        "frame": np.zeros((1, 4), np.float32), "last_action": np.zeros(1, np.int64),
+        "reward": np.zeros(1, np.float32), "done": np.zeros(1, bool),
+    }  # fmt: skip
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            host.infer(inputs, 1)
+        except BaseException as error:
+            errors.append(error)
+
+    callers = [threading.Thread(target=call) for _ in range(3)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in callers), "a caller still waits on a dead server"
+    assert len(errors) == 3 and all(isinstance(e, ServerFailed) for e in errors)
+    assert "ValueError('bad batch')" in str(errors[0])
+    with pytest.raises(ServerFailed, match="bad batch"):
+        host.infer(inputs, 1)
+    with pytest.raises(ServerFailed, match="bad batch"):
+        host.stats()

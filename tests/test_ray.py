@@ -5,6 +5,7 @@ central inference serves the actors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,6 +90,107 @@ def test_a_killed_actor_process_is_replaced_and_training_goes_on(cluster, small,
     # why: the run did not stall on the dead actor: frames kept coming after the kill.
     after = [r["frames"] for r in rows(tmp_path) if r.get("charts/actor_restarts", 0) >= 1]
     assert after[-1] - after[0] >= 2000
+
+
+def test_a_lost_node_costs_its_actor_and_training_goes_on(cluster, small, tmp_path, capsys):
+    """Three actors of 2 CPUs, one per node of 2 CPUs. The node holding the third one is
+    removed mid-run: its actor is replaced once; the replacement cannot be placed (no node
+    has 2 CPUs free), so it waits as *pending*, not hung (no kill, no second restart) while
+    the other two train on; when a node joins again it is placed."""
+    victim = cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    steps: dict[str, float] = {}
+
+    def lose_a_node(progress: dict) -> None:
+        now = time.monotonic()
+        if "removed" not in steps and progress["frames"] >= 3000:
+            cluster.remove_node(victim)
+            steps["removed"], steps["frames_at_removal"] = now, progress["frames"]
+        elif "removed" in steps and "added" not in steps and now - steps["removed"] > 12:
+            steps["frames_before_add"] = progress["frames"]
+            cluster.add_node(num_cpus=2)
+            steps["added"] = now
+
+    config = small(
+        num_actors=3, ray_actor_cpus=2.0, actor_timeout_s=4.0, total_frames=10**8,
+        max_seconds=60,
+    )  # fmt: skip
+    result = train(config, on_progress=lose_a_node)
+    out = capsys.readouterr().out
+    assert "added" in steps, (steps, out[-3000:])
+    assert result.actor_restarts == 1, out[-3000:]  # the lost actor, once: no churn
+    assert "cannot be placed" in out and "killed" not in out, out[-3000:]
+    assert "placed after" in out, out[-3000:]
+    # why: the other two trained on while the third was pending.
+    assert steps["frames_before_add"] - steps["frames_at_removal"] >= 2000
+    assert result.frames > steps["frames_before_add"]
+
+
+def test_a_silent_or_failing_ray_actor_stops_its_heartbeat_within_the_timeout(cluster):
+    from gazelle.backends.ray.health import Heartbeat
+    from gazelle.errors import RunError
+
+    @ray.remote(num_cpus=0)
+    class Server:
+        def __init__(self) -> None:
+            self.mode = "ok"
+
+        def set(self, mode: str) -> None:
+            self.mode = mode
+
+        def stats(self) -> dict:
+            if self.mode == "raise":
+                raise ValueError("broken")
+            if self.mode == "sleep":
+                time.sleep(60)
+            return {"batches": 1}
+
+    for mode, message in [("sleep", "gave no answer for"), ("raise", "failed: .*broken")]:
+        server = Server.options(max_concurrency=2).remote()
+        watch = Heartbeat(server, "stats", "test server", timeout_s=2.0)
+        deadline = time.monotonic() + 20
+        while watch.last is None:  # healthy: answers come back, nothing raises
+            watch.check()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        ray.get(server.set.remote(mode))
+        start = time.monotonic()
+        with pytest.raises(RunError, match=f"^the test server {message}"):
+            while time.monotonic() - start < 20:
+                watch.check()
+                time.sleep(0.05)
+        assert time.monotonic() - start < 10
+        watch.forget()
+        ray.kill(server)
+
+
+def test_a_stopped_ray_inference_server_stops_the_run_in_one_line(cluster, small, tmp_path):
+    """SIGSTOP the central inference server mid-run: the run stops within the timeout with
+    a one-line reason (and its checkpoint), instead of waiting forever."""
+    from gazelle.errors import RunError
+
+    stopped: list[int] = []
+
+    def stop_server(progress: dict) -> None:
+        if stopped or progress["frames"] < 1000:
+            return
+        out = subprocess.run(["pgrep", "-f", "ray::InferenceHost"], capture_output=True, text=True)
+        pids = [int(p) for p in out.stdout.split()]
+        assert pids, "no inference server process found"
+        os.kill(pids[0], signal.SIGSTOP)
+        stopped.append(pids[0])
+
+    config = small(inference="central", actor_timeout_s=5.0, total_frames=10**8, max_seconds=90)
+    start = time.monotonic()
+    try:
+        with pytest.raises(RunError, match="central inference server gave no answer"):
+            train(config, on_progress=stop_server)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert stopped and time.monotonic() - start < 80
+    assert (tmp_path / "checkpoint.pt").exists()
 
 
 def test_a_ray_run_resumes_from_its_checkpoint(cluster, small, tmp_path):
@@ -207,8 +309,8 @@ def test_a_private_run_from_the_cli_listens_on_loopback_only(tmp_path):
     gazelle = shutil.which("gazelle")
     command = [gazelle] if gazelle else [sys.executable, "-m", "gazelle.cli"]
     args = ["train", "--backend", "ray", "--env", "CartPole-v1", "--num-actors", "1",
-            "--envs-per-actor", "2", "--batch-size", "2", "--total-frames", "10000000", "--log-interval-s", "1",
-            "--logdir", str(tmp_path / "run")]  # fmt: skip
+            "--envs-per-actor", "2", "--batch-size", "2", "--total-frames", "10000000",
+            "--log-interval-s", "1", "--logdir", str(tmp_path / "run")]  # fmt: skip
     run = subprocess.Popen(
         command + args, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True, text=True,

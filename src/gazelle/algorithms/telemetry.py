@@ -85,10 +85,18 @@ class Telemetry:
             self.restarts += 1
             # why: a local process has an exit code; a Ray actor has a reason instead.
             how = event.get("reason") or f"exit code {event.get('exitcode')}"
+            wait = f" in {event['backoff_s']:.0f} s" if event.get("backoff_s") else ""
             print(
-                f"\ngazelle: actor {event['actor']} died ({how}); restarted, "
+                f"\ngazelle: actor {event['actor']} died ({how}); restarted{wait}, "
                 f"{event.get('dropped_slots', 0)} half-written unroll(s) dropped"
             )
+        elif kind == "actor_pending":
+            print(
+                f"\ngazelle: actor {event['actor']} cannot be placed: no node has "
+                f"{event['cpus']:g} CPU(s) free (a node left?); it waits, the others train"
+            )
+        elif kind == "actor_placed":
+            print(f"\ngazelle: actor {event['actor']} placed after {event['waited_s']:.0f} s")
         elif kind == "actor_crash":
             print(f"\ngazelle: actor {event['actor']} crashed:\n{event['message']}")
         elif kind == "env_error":

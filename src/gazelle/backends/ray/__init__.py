@@ -30,7 +30,8 @@ def build(request: BackendRequest) -> Transport:
         )
     owns = connect(request.cluster_address, request.dashboard)
     check_room(len(request.actors), request.cpus_per_actor)
-    from gazelle.backends.ray.fleet import RayFleet, RayParams
+    from gazelle.backends.ray.fleet import RayFleet
+    from gazelle.backends.ray.params import RayParams
 
     params = RayParams()
     server = None

@@ -3,11 +3,17 @@ object store, weights put once per new version and fetched by reference.
 
 A pump thread on the driver keeps every actor busy: each actor has at most `slots_per_env`
 unroll calls outstanding or unconsumed (the local backend's slots, here as a count), and
-finished unrolls wait, one per env, for the learner's `batches`. An actor whose process
-died (a kill -9, a lost node) or whose call raised is replaced by a new Ray actor with a
-fresh seed and a fresh LSTM state; its unfinished unroll is simply never returned, so
-nothing half-written reaches the learner. An actor silent for `actor_timeout_s` is killed
-and replaced the same way.
+finished unrolls wait, one per env, for the learner's `batches`.
+
+Faults (docs/reliability.md): any Ray error on one actor's calls (its process died, its
+node left, an object of its was lost, its unroll raised) is that actor's fault: it is
+killed, its calls dropped (an unroll only leaves an actor whole, so nothing half-written
+reaches the learner) and a new Ray actor with a fresh seed and LSTM state replaces it. An
+actor is *hung* when it is placed and started but returns no unroll for `actor_timeout_s`;
+it is replaced the same way. An actor that Ray cannot place (no node has its CPUs free,
+e.g. after a node left) is *pending*, not hung: it waits in Ray's queue, the run goes on
+with the others, and an event says so. Replacements are budgeted per actor and time window,
+with backoff (`gazelle.runtime.restarts`).
 """
 
 from __future__ import annotations
@@ -22,47 +28,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from gazelle import plugins
 from gazelle.backends.local.layout import is_state
-from gazelle.backends.local.params import flatten
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
+from gazelle.backends.ray.health import Heartbeat
 from gazelle.backends.ray.hosts import ActorHost
+from gazelle.backends.ray.params import RayParams
+from gazelle.errors import RunError
 from gazelle.runtime.actor import ActorSpec
-
-
-class RayParams:
-    """The learner's `ParamPublisher`: `publish` keeps a CPU copy; the pump `ray.put`s it
-    once, when it next hands work to an actor, and every actor fetches that one object."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._flat: np.ndarray | None = None
-        self._version = -1
-        self._ref: Any = None
-        self._ref_version = -2
-        self.puts = 0
-
-    def publish(self, module: nn.Module, version: int) -> None:
-        flat = flatten(module).numpy()
-        with self._lock:
-            self._flat, self._version = flat, version
-
-    def forget(self) -> None:
-        """Drop the object reference (before Ray shuts down)."""
-        with self._lock:
-            self._ref, self._ref_version = None, -2
-
-    def latest(self) -> tuple[list[Any], int]:
-        """`([ref], version)` of the newest weights (put now if not yet in the store)."""
-        import ray
-
-        with self._lock:
-            if self._ref_version != self._version and self._flat is not None:
-                self._ref, self._ref_version = ray.put(self._flat), self._version
-                self.puts += 1
-            return [self._ref], self._ref_version
+from gazelle.runtime.restarts import RestartBudget
 
 
 class RayFleet:
@@ -73,11 +48,12 @@ class RayFleet:
         params: the weights the actors act with.
         slots_per_env: unrolls per env an actor may have outstanding or unconsumed.
         cpus_per_actor: CPUs each Ray actor declares.
-        actor_timeout_s: an actor with a call outstanding and no unroll back for this long
-            is killed and replaced.
+        actor_timeout_s: a started actor with a call outstanding and no unroll back for this
+            long is killed and replaced; also the longest silence of the inference server.
         owns_ray: shut Ray down on `close` (this run started it).
         server: the central inference server's Ray actor (None: actors act on their own
             copies).
+        budget: makes each actor's `RestartBudget` (default: the module's defaults).
     """
 
     def __init__(
@@ -87,22 +63,28 @@ class RayFleet:
         slots_per_env: int,
         cpus_per_actor: float = 1.0,
         actor_timeout_s: float = 120.0,
-        max_restarts: int = 100,
         owns_ray: bool = False,
         server: Any = None,
+        budget: Callable[[str], RestartBudget] = RestartBudget,
     ) -> None:
         from gazelle.backends.ray.cluster import require_ray
 
         ray = self._ray = require_ray()
         self.specs, self.params = list(specs), params
         self.calls_per_actor = slots_per_env
-        self.actor_timeout_s, self.max_restarts = actor_timeout_s, max_restarts
+        self.cpus_per_actor, self.actor_timeout_s = cpus_per_actor, actor_timeout_s
         self.owns_ray, self.server = owns_ray, server
         self._server_version = -1
+        self._server_watch = (
+            Heartbeat(server, "stats", "central inference server", actor_timeout_s)
+            if server is not None
+            else None
+        )
         self._remote = ray.remote(num_cpus=cpus_per_actor, max_restarts=0)(ActorHost)
         self._registrations = plugins.capture()
         n = len(self.specs)
         self.handles: list[Any] = [None] * n
+        self.budgets = [budget(f"actor {spec.actor_id}") for spec in self.specs]
         self.restarts, self.hung = [0] * n, [0] * n
         self.dropped_slots = 0
         # why: one condition guards what the pump thread and the learner's thread share:
@@ -110,7 +92,11 @@ class RayFleet:
         self._cond = threading.Condition()
         self._ready: collections.deque[tuple[dict[str, Any], int]] = collections.deque()
         self._held = [0] * n  # unrolls per actor outstanding or waiting for the learner
-        self._in_flight: dict[Any, int] = {}  # call ref -> actor index
+        self._in_flight: dict[Any, int] = {}  # unroll call ref -> actor index
+        self._starting: dict[Any, int] = {}  # `ready` call ref -> actor index (not started)
+        self._spawned = [time.monotonic()] * n  # when the current Ray actor was asked for
+        self._respawn_at: list[float | None] = [None] * n  # backing off until then
+        self._pending = [False] * n  # reported as waiting for a node with room
         self._progress = [time.monotonic()] * n  # last unroll back (or start)
         self._events: list[dict[str, Any]] = []
         self._error: BaseException | None = None
@@ -125,8 +111,12 @@ class RayFleet:
             # why: a replacement must not replay its predecessor's episodes.
             seed = spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
             spec = dataclasses.replace(spec, seed=seed)
-        self.handles[index] = self._remote.remote(self._registrations, spec, self.server)
-        self._progress[index] = time.monotonic()
+        handle = self._remote.remote(self._registrations, spec, self.server)
+        self.handles[index], self._respawn_at[index] = handle, None
+        # why: `ready` returns once Ray has placed the actor and its constructor ran; until
+        # then a silent actor is starting or pending, not hung.
+        self._starting[handle.ready.remote()] = index
+        self._spawned[index] = self._progress[index] = time.monotonic()
 
     def start(self) -> None:
         for index in range(len(self.specs)):
@@ -135,31 +125,32 @@ class RayFleet:
         self._pump_thread.daemon = True
         self._pump_thread.start()
 
-    def _replace(self, index: int, event: dict[str, Any]) -> None:
-        """Kill actor `index` (if still there), drop its outstanding calls, start anew."""
+    def _event(self, kind: str, index: int, **fields: Any) -> None:
+        with self._cond:
+            self._events.append({"type": kind, "actor": self.specs[index].actor_id, **fields})
+
+    def _replace(self, index: int, reason: str, **fields: Any) -> None:
+        """Kill actor `index` (if still there), drop its calls, start anew after backoff."""
         ray = self._ray
         lost = [ref for ref, i in self._in_flight.items() if i == index]
         for ref in lost:
             del self._in_flight[ref]
+        for ref in [ref for ref, i in self._starting.items() if i == index]:
+            del self._starting[ref]
         envs = self.specs[index].envs_per_actor
         with self._cond:
             self._held[index] -= envs * len(lost)
             self.dropped_slots += envs * len(lost)
         with contextlib.suppress(Exception):  # already gone with its node
             ray.kill(self.handles[index], no_restart=True)
+        self.handles[index], self._pending[index] = None, False
+        delay = self.budgets[index].record(reason)  # raises when the budget is spent
         self.restarts[index] += 1
-        actor_id = self.specs[index].actor_id
-        with self._cond:
-            self._events.append(
-                {"type": "actor_restart", "actor": actor_id, "restarts": self.restarts[index],
-                 "dropped_slots": envs * len(lost), **event}
-            )  # fmt: skip
-        if self.restarts[index] > self.max_restarts:
-            raise RuntimeError(
-                f"actor {actor_id} died {self.restarts[index]} times; giving up (see the "
-                "crash events in the log)"
-            )
-        self._spawn(index)
+        self._respawn_at[index] = time.monotonic() + delay
+        self._event(
+            "actor_restart", index, restarts=self.restarts[index], reason=reason,
+            dropped_slots=envs * len(lost), backoff_s=delay, **fields,
+        )  # fmt: skip
 
     # ---- the pump (its own thread) ----------------------------------------------------
     def _pump_guarded(self) -> None:
@@ -172,6 +163,8 @@ class RayFleet:
 
     def _submit(self) -> None:
         for index, handle in enumerate(self.handles):
+            if handle is None:
+                continue  # backing off before its replacement starts
             envs = self.specs[index].envs_per_actor
             while self._held[index] + envs <= envs * self.calls_per_actor:
                 box, version = self.params.latest()
@@ -192,8 +185,12 @@ class RayFleet:
                     # why: fire and forget; the server loads it between two batches.
                     self.server.set_weights.remote(box, version)
                     self._server_version = version
+            now = time.monotonic()
+            for index, when in enumerate(self._respawn_at):
+                if when is not None and now >= when:
+                    self._spawn(index)
             self._submit()
-            refs = list(self._in_flight)
+            refs = [*self._in_flight, *self._starting]
             if not refs:
                 time.sleep(0.01)
                 continue
@@ -201,8 +198,35 @@ class RayFleet:
             if ready:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
-                self._collect(ref)
-            self._kill_hung()
+                if ref in self._starting:
+                    self._started(ref)
+                else:
+                    self._collect(ref)
+            self._watch()
+
+    def _failed(self, index: int, error: BaseException) -> None:
+        """Any Ray error on one actor's call is that actor's fault: replace it."""
+        ray = self._ray
+        if isinstance(error, ray.exceptions.RayTaskError):
+            self._event("actor_crash", index, message=str(error)[-2000:])
+            self._replace(index, "unroll raised")
+        else:
+            # RayActorError (process died, node left), ObjectLostError, OwnerDiedError ...
+            first = (str(error).strip().splitlines() or [""])[0]
+            self._replace(index, f"{type(error).__name__}", message=first[:300])
+
+    def _started(self, ref: Any) -> None:
+        index = self._starting.pop(ref)
+        try:
+            self._ray.get(ref)
+        except self._ray.exceptions.RayError as error:
+            self._failed(index, error)
+            return
+        if self._pending[index]:
+            waited = time.monotonic() - self._spawned[index]
+            self._event("actor_placed", index, waited_s=waited)
+        self._pending[index] = False
+        self._progress[index] = time.monotonic()
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray
@@ -212,18 +236,9 @@ class RayFleet:
         t0 = time.perf_counter()
         try:
             result = ray.get(ref)
-        except ray.exceptions.RayActorError as error:
+        except ray.exceptions.RayError as error:
             self._in_flight[ref] = index  # dropped with the others by _replace
-            self._replace(index, {"reason": "actor process died", "message": str(error)[:500]})
-            return
-        except ray.exceptions.RayTaskError as error:
-            self._in_flight[ref] = index
-            with self._cond:
-                self._events.append(
-                    {"type": "actor_crash", "actor": self.specs[index].actor_id,
-                     "message": str(error)[-2000:]}
-                )  # fmt: skip
-            self._replace(index, {"reason": "unroll raised"})
+            self._failed(index, error)
             return
         self.get_s += time.perf_counter() - t0
         self._progress[index] = time.monotonic()
@@ -235,19 +250,33 @@ class RayFleet:
                 self._ready.append((result, j))
             self._cond.notify_all()
 
-    def _kill_hung(self) -> None:
+    def _room(self) -> bool:
+        """Whether some node has this actor's CPUs free now."""
+        free = self._ray.available_resources().get("CPU", 0.0)
+        return bool(free + 1e-9 >= self.cpus_per_actor)
+
+    def _watch(self) -> None:
+        """Tell hung actors from pending ones; replace the hung."""
         now = time.monotonic()
-        busy = set(self._in_flight.values())
+        starting = set(self._starting.values())
+        for index in starting:
+            if now - self._spawned[index] <= self.actor_timeout_s or self._pending[index]:
+                continue
+            if self._room():
+                self.hung[index] += 1
+                self._event("actor_hung", index, silent_s=now - self._spawned[index])
+                self._replace(index, "did not start")
+            else:
+                self._pending[index] = True
+                need = self.cpus_per_actor
+                self._event("actor_pending", index, cpus=need, waited_s=now - self._spawned[index])
+        busy = set(self._in_flight.values()) - starting
         for index in busy:
             silent = now - self._progress[index]
             if silent > self.actor_timeout_s:
                 self.hung[index] += 1
-                with self._cond:
-                    self._events.append(
-                        {"type": "actor_hung", "actor": self.specs[index].actor_id,
-                         "silent_s": silent}
-                    )  # fmt: skip
-                self._replace(index, {"reason": "hung"})
+                self._event("actor_hung", index, silent_s=silent)
+                self._replace(index, "hung")
 
     # ---- BatchSource --------------------------------------------------------------------
     def batches(
@@ -280,22 +309,18 @@ class RayFleet:
         return events
 
     def check(self) -> None:
-        """Raise if the pump thread failed or (central inference) the server died."""
+        """Raise if the pump thread failed (e.g. an actor's restart budget is spent) or,
+        with central inference, the server failed or went silent (never blocks)."""
         with self._cond:
             error = self._error
         if self._stop.is_set():
             return
         if error is not None:
+            if isinstance(error, RunError):
+                raise error
             raise RuntimeError(f"the Ray backend's pump failed: {error!r}") from error
-        if self.server is not None:
-            ready, _ = self._ray.wait([self.server.stats.remote()], timeout=30.0)
-            try:
-                self._ray.get(ready)
-            except self._ray.exceptions.RayActorError as died:
-                raise RuntimeError(
-                    "the central inference server died; the run cannot go on (use "
-                    "--inference local to avoid it)"
-                ) from died
+        if self._server_watch is not None:
+            self._server_watch.check()
 
     def supervise(self) -> None:
         """The pump thread replaces dead and hung actors as it goes; this only re-raises
@@ -304,19 +329,27 @@ class RayFleet:
 
     def stats(self) -> dict[str, float]:
         """Transport costs (ms of `ray.get` per env's unroll on the driver, weight puts)
-        and, with central inference, the server's batches (as the local server's)."""
+        and, with central inference, the server's batches (its last heartbeat's answer)."""
         per_unroll = self.get_s / self.unrolls_in if self.unrolls_in else 0.0
         out = {"ray/get_ms_per_unroll": 1000.0 * per_unroll, "ray/weight_puts": self.params.puts}
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                out.update(self._ray.get(self.server.stats.remote(), timeout=5.0))
+        if self._server_watch is not None and self._server_watch.last:
+            out.update(self._server_watch.last)
         return out
 
     def describe(self) -> str:
         now = time.monotonic()
         busy = collections.Counter(self._in_flight.values())
+        starting = set(self._starting.values())
+
+        def state(i: int) -> str:
+            if self.handles[i] is None:
+                return "backing off before its replacement"
+            if self._pending[i]:
+                return "pending (no node has its CPUs free)"
+            return "starting" if i in starting else "Ray actor"
+
         return "\n".join(
-            f"actor {spec.actor_id}: Ray actor, {busy.get(i, 0)} call(s) outstanding, last "
+            f"actor {spec.actor_id}: {state(i)}, {busy.get(i, 0)} call(s) outstanding, last "
             f"unroll {now - self._progress[i]:.0f} s ago, {self.restarts[i]} restart(s), "
             f"{self.hung[i]} killed as hung"
             for i, spec in enumerate(self.specs)
@@ -338,7 +371,10 @@ class RayFleet:
         # benchmarks/ray_scaling.py, which shuts its cluster down after each run).
         with self._cond:
             self._in_flight.clear()
+            self._starting.clear()
             self._ready.clear()
+        if self._server_watch is not None:
+            self._server_watch.forget()
         self.handles = [None] * len(self.handles)
         self.server = None
         self.params.forget()

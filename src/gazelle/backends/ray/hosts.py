@@ -123,3 +123,7 @@ class ActorHost:
         import os
 
         return os.getpid()
+
+    def ready(self) -> int:
+        """Answers once the actor is placed and built (the fleet's start-up check)."""
+        return self.spec.actor_id

@@ -32,6 +32,11 @@ class _Request:
         self.done = threading.Event()
         self.outputs: dict[str, np.ndarray] = {}
         self.version = -1
+        self.error: str | None = None
+
+
+class ServerFailed(RuntimeError):
+    """The server's batching thread died; every call after it raises this."""
 
 
 class InferenceHost:
@@ -53,7 +58,8 @@ class InferenceHost:
         self._weights: tuple[Any, int] | None = None
         self._queue: queue.Queue[_Request] = queue.Queue()
         self.batches = self.rows = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.error: str | None = None  # the batching thread's exception, once it died
+        self._thread = threading.Thread(target=self._serve_guarded, daemon=True)
         self._thread.start()
 
     def set_weights(self, box: list[Any], version: int) -> None:
@@ -61,12 +67,22 @@ class InferenceHost:
             self._weights = (box[0], version)
 
     def infer(self, inputs: dict[str, np.ndarray], count: int) -> tuple[dict[str, Any], int]:
+        if self.error is not None:
+            raise ServerFailed(self.error)
         request = _Request(inputs, count)
         self._queue.put(request)
-        request.done.wait()
+        # why: bounded; the caller's own timeout is the real one (RayInferenceClient).
+        while not request.done.wait(1.0):
+            if self.error is not None:
+                raise ServerFailed(self.error)
+        if request.error is not None:
+            raise ServerFailed(request.error)
         return request.outputs, request.version
 
     def stats(self) -> dict[str, float]:
+        """Batches served; raises once the batching thread died (the fleet's heartbeat)."""
+        if self.error is not None:
+            raise ServerFailed(self.error)
         mean = self.rows / self.batches if self.batches else 0.0
         return {"batches": self.batches, "rows": self.rows, "mean": mean}
 
@@ -78,6 +94,20 @@ class InferenceHost:
         ref, version = self._weights
         load_flat(self.agent, torch.from_numpy(np.asarray(ray.get(ref))))
         self.version = version
+
+    def _serve_guarded(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:
+            # why: callers wait on their requests; each must learn the server is gone.
+            self.error = f"the inference server's batching thread failed: {error!r}"
+            while True:
+                try:
+                    request = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                request.error = self.error
+                request.done.set()
 
     def _serve(self) -> None:
         with torch.inference_mode():
@@ -95,6 +125,15 @@ class InferenceHost:
                 self._step(batch)
 
     def _step(self, batch: list[_Request]) -> None:
+        try:
+            self._run(batch)
+        except BaseException as error:
+            for request in batch:
+                request.error = f"the inference server's batching thread failed: {error!r}"
+                request.done.set()
+            raise
+
+    def _run(self, batch: list[_Request]) -> None:
         self._load()
         names = batch[0].inputs.keys()
         inputs = {
@@ -147,6 +186,11 @@ class RayInferenceClient:
             raise TimeoutError(message) from error
         except ray.exceptions.RayActorError as error:
             raise PolicyStopped("the inference server is gone") from error
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, ServerFailed):
+                # why: the run cannot act without it; the fleet's heartbeat stops the run.
+                raise PolicyStopped(str(error.cause)) from error
+            raise
         return {k: torch.from_numpy(np.array(v)) for k, v in outputs.items()}, version
 
 
