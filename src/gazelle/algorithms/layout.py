@@ -68,9 +68,9 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
     run's own weights, optimiser state and RNG streams are not touched)."""
     from gazelle.algorithms.common import env_kwargs
     from gazelle.algorithms.impala.build import make_learner
-    from gazelle.bench.parts import env_rate, inference_rate, learner_rate
     from gazelle.models import build_agent
     from gazelle.runtime.allocator import keep_freed_memory
+    from gazelle.runtime.part_costs import env_rate, inference_rate, learner_rate
 
     keep_freed_memory()  # why: as the run's learner will; without it deep measures ~1.6x slower
     model = config.model
