@@ -12,15 +12,15 @@ from typing import Any
 
 import torch
 
-from gazelle import plugins
 from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
+from gazelle.registrations import Registrations
 
 
 def child_main(
-    registrations: plugins.Registrations, target: Callable[..., None], args: tuple[Any, ...]
+    registrations: Registrations, target: Callable[..., None], args: tuple[Any, ...]
 ) -> None:
     """Every child process starts here: the parent's registered torsos and envs first
-    (`gazelle.plugins`), then `target(*args)`."""
+    (`gazelle.registrations`), then `target(*args)`."""
     # why: a spawned child imports gazelle afresh; what the user registered in the parent
     # (perhaps under `if __name__ == "__main__":`, which the child does not run) must be in
     # place before the child builds its agent or its envs.

@@ -6,7 +6,7 @@ Processes start with `spawn` (never a bare fork of a process that already runs t
 threads: a known source of silent deadlocks), so the same code runs on macOS. A subclass
 says what each process runs (`_target`, `_args`) and what to clean up when one dies
 (`_on_death`). Every child starts in `child_main`, which first replays the parent's
-registered torsos and envs (`gazelle.plugins`).
+registered torsos and envs (`gazelle.registrations`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.channels import receive_all
 from gazelle.backends.local.child import ChildLink, child_main
 
@@ -98,7 +98,7 @@ class ProcessFleet:
         self._to_close: list[Any] = [event_writer]
         process = self.ctx.Process(
             target=child_main,
-            args=(plugins.capture(), self._target(), self._args(index, spec, link)),
+            args=(registrations.capture(), self._target(), self._args(index, spec, link)),
             name=f"gazelle-{self.kind}-{spec.actor_id}",
             daemon=True,
         )

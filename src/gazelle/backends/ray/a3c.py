@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.backends.local.params import flatten, load_flat
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
+from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
 
 #: Seconds between two drains of a worker's events.
@@ -123,7 +124,7 @@ class WorkerHost:
 
     def __init__(
         self,
-        registrations: plugins.Registrations,
+        registrations: Registrations,
         spec: ActorSpec,
         server: RayParameterServer,
         settings: Any,
@@ -218,7 +219,7 @@ class RayWorkerFleet:
         self.restarts, self.hung = [0] * n, [0] * n
         self.silent = [0.0] * n
         self.dropped_slots = 0
-        self._registrations = plugins.capture()
+        self._registrations = registrations.capture()
         self._leftover: list[dict[str, Any]] = []
         self._last_drain = 0.0
         self._closed = False

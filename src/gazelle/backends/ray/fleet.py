@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.layout import is_state
 from gazelle.backends.local.params import flatten
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
@@ -100,7 +100,7 @@ class RayFleet:
         self.owns_ray, self.server = owns_ray, server
         self._server_version = -1
         self._remote = ray.remote(num_cpus=cpus_per_actor, max_restarts=0)(ActorHost)
-        self._registrations = plugins.capture()
+        self._registrations = registrations.capture()
         n = len(self.specs)
         self.handles: list[Any] = [None] * n
         self.restarts, self.hung = [0] * n, [0] * n
