@@ -21,7 +21,6 @@ from torch import nn
 
 import gazelle
 from gazelle import plugins, registrations
-from gazelle.backends.local.child import ChildContext
 from gazelle.backends.local.process import TaskFleet
 from gazelle.config import Config, ConfigError, validate
 from gazelle.models.custom import CustomTorso
@@ -230,9 +229,8 @@ class ProbeSpec:
     seed: int
 
 
-def probe_child(spec: ProbeSpec, link) -> None:
+def probe_child(spec: ProbeSpec, child) -> None:
     """In a spawned child: make the registered env and torso, report what came out."""
-    child = ChildContext(link)
     try:
         from gazelle.envs import make, obs_spec
 

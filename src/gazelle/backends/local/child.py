@@ -1,6 +1,7 @@
 """The child's side of a `ProcessFleet`: its entry point (`child_main`), what a process gets
 to talk to its fleet (`ChildLink`) and the helpers it builds from it (`ChildContext`: report
-events, beat, see whether to stop)."""
+events, beat, see whether to stop; `run_work`: a `TaskFleet` process running the work it was
+handed)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ class ChildContext:
         """`should_stop()` for wait loops: a process waiting is not hung, so it beats."""
         self.beat()
         return self.should_stop()
+
+
+def run_work(work: Callable[..., None], spec: Any, link: ChildLink, *args: Any) -> None:
+    """A `TaskFleet` process: `work(spec, context, *args)`, its `context` this process's
+    `ChildContext` (a `gazelle.runtime.interfaces.WorkerContext`)."""
+    work(spec, ChildContext(link), *args)
 
 
 def event_sender(conn: Any) -> Callable[[dict[str, Any]], None]:

@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 from gazelle import registrations
 from gazelle.backends.local.channels import receive_all
-from gazelle.backends.local.child import ChildLink, child_main
+from gazelle.backends.local.child import ChildLink, child_main, run_work
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
@@ -238,25 +238,26 @@ class ProcessFleet:
 
 
 class TaskFleet(ProcessFleet):
-    """Processes that run `target(spec, link, *args)`: what an algorithm starts itself (A3C's
-    workers), with the fleet's supervision."""
+    """Processes that run `work(spec, context, *args)`: the work an algorithm hands the
+    backend (A3C's `run_worker`; a `gazelle.runtime.interfaces.Work`), with the fleet's
+    supervision; `context` is the process's `ChildContext`."""
 
     kind = "worker"
 
     def __init__(
         self,
         specs: list[Any],
-        target: Callable[..., None],
+        work: Callable[..., None],
         args: tuple[Any, ...],
         ctx: Any | None = None,
         actor_timeout_s: float = 120.0,
         max_restarts: int = 100,
     ) -> None:
         super().__init__(specs, ctx, None, actor_timeout_s, max_restarts)
-        self.target, self.args = target, args
+        self.work, self.args = work, args
 
     def _target(self) -> Callable[..., None]:
-        return self.target
+        return run_work
 
     def _args(self, index: int, spec: Any, link: ChildLink) -> tuple[Any, ...]:
-        return (spec, link, *self.args)
+        return (self.work, spec, link, *self.args)
