@@ -28,7 +28,7 @@ import torch
 from gazelle.config import Config, default_num_actors
 
 if TYPE_CHECKING:
-    from gazelle.algorithms.common import EnvProbe
+    from gazelle.envs.probe import EnvProbe
 
 #: Acting's share of the cores is rounded up only past this fraction of a core: an actor
 #: that would be idle most of the time still costs a process, its memory and a share of the

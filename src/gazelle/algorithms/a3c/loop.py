@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings
 from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker
-from gazelle.algorithms.common import EnvProbe, env_kwargs, prepare
+from gazelle.algorithms.common import env_kwargs, prepare
 from gazelle.algorithms.preflight import check_wandb
 from gazelle.algorithms.runstate import (
     CHECKPOINT_FILE,
@@ -35,6 +35,9 @@ from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Fleet, ParameterServer
 from gazelle.tracking import open_run_logger
+
+if TYPE_CHECKING:
+    from gazelle.envs.probe import EnvProbe
 
 #: Seconds between two looks at the workers' events.
 POLL_S = 0.05
