@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from gazelle.algorithms.common import prepare
-from gazelle.config import Config
+from gazelle.config import Config, ConfigError
 from gazelle.envs import registry
 from gazelle.envs.probe import EnvProbe, LevelsDiffer, probe
 
@@ -73,3 +75,15 @@ def test_prepare_resolves_the_spec_once(resolved, monkeypatch, tmp_path):
     assert config.env.atari_frames == "deepmind" and config.model.torso == "shallow"
     assert (config.env.sticky_actions, config.env.life_loss) == (False, True)
     assert found.levels == ["PongNoFrameskip-v4"]
+
+
+def test_too_few_actors_are_named_before_any_env_is_made(tmp_path, monkeypatch):
+    # why: without DMLab making a level fails, so the actors' check must come first
+    monkeypatch.setitem(sys.modules, "deepmind_lab", None)
+    config = Config.of(env="dmlab30", num_actors=2, logdir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match="at least 30, one actor per level of --env dmlab30"):
+        prepare(config)
+    seen: list[list[str]] = []
+    with pytest.raises(ImportError, match="deepmind_lab"):
+        probe("dmlab30", check=seen.append)
+    assert len(seen) == 1 and len(seen[0]) == 30

@@ -61,24 +61,28 @@ def probe(config: Config) -> EnvProbe:
     from gazelle.envs.probe import probe as probe_env
 
     env = config.env.id
+
+    def one_actor_per_level(levels: list[str]) -> None:
+        num_actors = config.actors.num_actors
+        if num_actors is not None and num_actors < len(levels):
+            raise ConfigError(
+                "num_actors",
+                num_actors,
+                f"at least {len(levels)}, one actor per level of --env {env}",
+            )
+
     try:
         # why: Atari's preprocessing, which the observation shape depends on, is the
         # algorithm's own unless given (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42).
         frames = "universe" if config.algo == "a3c" else "deepmind"
-        found = probe_env(env, atari_frames=frames, **env_kwargs(config))
+        return probe_env(env, frames, one_actor_per_level, **env_kwargs(config))
     except LevelsDiffer as err:
         hint = " (Atari games: add --full-action-space)" if err.kind == "atari" else ""
         raise ConfigError("env", env, f"{err}{hint}") from err
+    except ConfigError:
+        raise  # why: one_actor_per_level's, already naming its flag
     except (ValueError, KeyError, ImportError) as err:
         raise ConfigError("env", env, f"an env gazelle can make ({err})") from err
-    num_actors = config.actors.num_actors
-    if num_actors is not None and num_actors < len(found.levels):
-        raise ConfigError(
-            "num_actors",
-            num_actors,
-            f"at least {len(found.levels)}, one actor per level of --env {env}",
-        )
-    return found
 
 
 def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:

@@ -8,6 +8,7 @@ layout rule) reads the `EnvProbe` and parses the spec no more.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +58,18 @@ class LevelsDiffer(ValueError):
         self.kind = kind
 
 
-def probe(spec: str, atari_frames: str = "deepmind", **make_kwargs: Any) -> EnvProbe:
+def probe(
+    spec: str,
+    atari_frames: str = "deepmind",
+    check: Callable[[list[str]], None] | None = None,
+    **make_kwargs: Any,
+) -> EnvProbe:
     """The facts of env spec `spec` (one level, a comma-separated list, `dmlab30`).
 
     `make_kwargs` are `make`'s (the run's env settings); an Atari spec's envs are made with
-    preprocessing `atari_frames` unless they name a `preset`.
+    preprocessing `atari_frames` unless they name a `preset`. `check(levels)` runs once the
+    levels are known and the first is resolved, before any env is made (which can take a
+    while: a DMLab level loads for seconds).
 
     Raises:
         LevelsDiffer: two levels differ in observations or actions.
@@ -69,6 +77,8 @@ def probe(spec: str, atari_frames: str = "deepmind", **make_kwargs: Any) -> EnvP
     """
     levels = registry.expand_levels(spec, test_mode=False)
     first = registry.resolve(levels[0])
+    if check is not None:
+        check(levels)
     protocol = None
     if first.kind == "atari":
         protocol = registry.protocol_of(first, levels[0])
