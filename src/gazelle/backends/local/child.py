@@ -15,6 +15,7 @@ import torch
 
 from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
 from gazelle.registrations import Registrations
+from gazelle.runtime.interfaces import Work
 
 
 def child_main(
@@ -62,7 +63,7 @@ class ChildContext:
         return self.should_stop()
 
 
-def run_work(work: Callable[..., None], spec: Any, link: ChildLink, *args: Any) -> None:
+def run_work(work: Work, spec: Any, link: ChildLink, *args: Any) -> None:
     """A `TaskFleet` process: `work(spec, context, *args)`, its `context` this process's
     `ChildContext` (a `gazelle.runtime.interfaces.WorkerContext`)."""
     work(spec, ChildContext(link), *args)

@@ -22,6 +22,7 @@ import torch.multiprocessing as mp
 from gazelle import registrations
 from gazelle.backends.local.channels import receive_all
 from gazelle.backends.local.child import ChildLink, child_main, run_work
+from gazelle.runtime.interfaces import Work
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
@@ -247,7 +248,7 @@ class TaskFleet(ProcessFleet):
     def __init__(
         self,
         specs: list[Any],
-        work: Callable[..., None],
+        work: Work,
         args: tuple[Any, ...],
         ctx: Any | None = None,
         actor_timeout_s: float = 120.0,

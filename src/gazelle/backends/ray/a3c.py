@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ from gazelle.backends.local.params import flatten, load_flat
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
+from gazelle.runtime.interfaces import Work
 
 #: Seconds between two drains of a worker's events.
 DRAIN_S = 0.25
@@ -126,7 +127,7 @@ class WorkerHost:
     def __init__(
         self,
         registrations: Registrations,
-        work: Callable[..., None],
+        work: Work,
         spec: ActorSpec,
         server: RayParameterServer,
         settings: Any,
@@ -166,7 +167,7 @@ class WorkerHost:
 
 
 def build_workers(
-    work: Callable[..., None],
+    work: Work,
     agent: nn.Module,
     specs: list[ActorSpec],
     settings: Any,
@@ -198,7 +199,7 @@ class RayWorkerFleet:
 
     def __init__(
         self,
-        work: Callable[..., None],
+        work: Work,
         specs: list[ActorSpec],
         server: RayParameterServer,
         settings: Any,
