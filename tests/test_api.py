@@ -20,8 +20,7 @@ from gymnasium import spaces
 from torch import nn
 
 import gazelle
-from gazelle import plugins
-from gazelle.backends.local.child import ChildContext
+from gazelle import plugins, registrations
 from gazelle.backends.local.process import TaskFleet
 from gazelle.config import Config, ConfigError, validate
 from gazelle.models.custom import CustomTorso
@@ -74,9 +73,9 @@ class CountEnv(gymnasium.Env):
 @pytest.fixture(autouse=True)
 def forget_registrations():
     """Each test starts and ends with what was registered before it."""
-    before = plugins.capture()
+    before = registrations.capture()
     yield
-    after = plugins.capture()
+    after = registrations.capture()
     for name in {n for n, _ in after.torsos} - {n for n, _ in before.torsos}:
         plugins.forget(name)
     for name in {e.name for e in after.envs} - {e.name for e in before.envs}:
@@ -123,7 +122,7 @@ def test_bad_torso_registrations_are_one_line(name, factory, error, message):
     with pytest.raises(error) as err:
         gazelle.register_torso(name, factory)
     assert message in str(err.value) and "\n" not in str(err.value)
-    assert name not in plugins.torso_names()
+    assert name not in registrations.torso_names()
 
 
 def test_a_taken_torso_name_needs_replace():
@@ -131,7 +130,7 @@ def test_a_taken_torso_name_needs_replace():
     with pytest.raises(ValueError, match=r"torso 'tiny' is already registered \(as .*TinyTorso"):
         gazelle.register_torso("tiny", WrongShapeTorso)
     gazelle.register_torso("tiny", WrongShapeTorso, replace=True)
-    assert plugins.torso_ref("tiny") is WrongShapeTorso
+    assert registrations.torso_ref("tiny") is WrongShapeTorso
 
 
 def test_an_unknown_torso_names_the_registered_ones():
@@ -230,9 +229,8 @@ class ProbeSpec:
     seed: int
 
 
-def probe_child(spec: ProbeSpec, link) -> None:
+def probe_child(spec: ProbeSpec, child) -> None:
     """In a spawned child: make the registered env and torso, report what came out."""
-    child = ChildContext(link)
     try:
         from gazelle.envs import make, obs_spec
 
@@ -268,7 +266,7 @@ def test_registrations_reach_spawned_children(monkeypatch):
     assert probe_in_child() == {"type": "probe", "frame": [7.0, 0.0], "output_size": 8}
     # Without the registrations sent along, the child knows neither name: the test above
     # depends on them, not on anything the child would find by itself.
-    monkeypatch.setattr(plugins, "capture", lambda: plugins.Registrations((), ()))
+    monkeypatch.setattr(registrations, "capture", lambda: registrations.Registrations((), ()))
     report = probe_in_child()
     assert "ApiCount-v0" in report["error"], report
 

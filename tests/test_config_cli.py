@@ -5,28 +5,36 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from gazelle.cli import build_parser, config_from_args, field_docs, main
 from gazelle.config import Config, ConfigError, all_fields, resolve, validate
+from gazelle.envs.probe import EnvProbe
+from gazelle.types import ObsSpec
+
+# What `gazelle.envs.probe` finds, for the presets (which read nothing else of the env).
+VECTOR = EnvProbe(["CartPole-v1"], ObsSpec((4,), np.dtype(np.float32), 2), 1, "gym")
+ATARI = EnvProbe(["ALE/Pong-v5"], ObsSpec((4, 84, 84), np.dtype(np.uint8), 6), 4, "atari")
+DMLAB = EnvProbe(["dmlab:rooms_watermaze"], ObsSpec((3, 72, 96), np.dtype(np.uint8), 9), 4, "dmlab")
 
 
 def test_defaults_validate_and_resolve_from_presets():
-    config = resolve(validate(Config()), frame_is_image=False)
+    config = resolve(validate(Config()), VECTOR)
     assert config.model.torso == "mlp"
     impala = config.impala
     assert impala.batch_size and impala.unroll_length and impala.learning_rate
-    atari = resolve(Config.of(env="ALE/Pong-v5"), frame_is_image=True)
+    atari = resolve(Config.of(env="ALE/Pong-v5"), ATARI)
     # the deep ResNet on a GPU, the shallow torso on a CPU (7x faster there)
     assert atari.model.torso == "shallow"
-    assert resolve(Config.of(env="ALE/Pong-v5"), True, cuda=True).model.torso == "deep"
+    assert resolve(Config.of(env="ALE/Pong-v5"), ATARI, cuda=True).model.torso == "deep"
     # gazelle's Atari preset: what learned Pong here (docs/results.md)
     assert (atari.impala.unroll_length, atari.impala.batch_size) == (20, 8)
     assert (atari.impala.optimizer, atari.impala.learning_rate) == ("adam", 0.0006)
     assert atari.model.use_lstm is False and atari.run.total_frames == 50_000_000
     assert atari.impala.entropy_cost == 0.003
     assert config.model.use_lstm is True  # vector tasks keep the core
-    dmlab = resolve(Config.of(env="dmlab30", preset="impala-paper"), frame_is_image=True)
+    dmlab = resolve(Config.of(env="dmlab30", preset="impala-paper"), DMLAB)
     # the IMPALA seed's defaults
     assert (dmlab.get("batch_size"), dmlab.get("unroll_length")) == (2, 100)
     assert (dmlab.get("learning_rate"), dmlab.get("entropy_cost")) == (0.00048, 0.00025)
@@ -34,7 +42,7 @@ def test_defaults_validate_and_resolve_from_presets():
 
 
 def test_impala_paper_preset_is_the_papers_atari_table():
-    paper = resolve(Config.of(env="ALE/Pong-v5", preset="impala-paper"), frame_is_image=True)
+    paper = resolve(Config.of(env="ALE/Pong-v5", preset="impala-paper"), ATARI)
     got = {k: paper.get(k) for k in ("optimizer", "learning_rate", "epsilon", "entropy_cost")}
     assert got == {
         "optimizer": "rmsprop_tf",
@@ -52,7 +60,7 @@ def test_impala_paper_preset_is_the_papers_atari_table():
 
 
 def test_explicit_values_beat_the_preset():
-    config = resolve(Config.of(env="ALE/Pong-v5", batch_size=8, model="nature"), True)
+    config = resolve(Config.of(env="ALE/Pong-v5", batch_size=8, model="nature"), ATARI)
     assert config.impala.batch_size == 8 and config.model.torso == "nature"
 
 
@@ -245,8 +253,8 @@ def test_a3c_clips_gradients_as_the_seed_on_atari_and_not_on_vector_tasks():
 
     a3c = Config.of(algo="a3c", env="CartPole-v1")
     assert a3c.a3c.grad_norm_clip is None  # unset: the family's preset decides
-    assert resolve(a3c, frame_is_image=False).a3c.grad_norm_clip == math.inf
+    assert resolve(a3c, VECTOR).a3c.grad_norm_clip == math.inf
     pong = Config.of(algo="a3c", env="ALE/Pong-v5")
-    assert resolve(pong, frame_is_image=True, env_kind="atari").a3c.grad_norm_clip == 40.0
+    assert resolve(pong, ATARI).a3c.grad_norm_clip == 40.0
     mine = Config.of(algo="a3c", env="CartPole-v1", grad_norm_clip=40.0)
-    assert resolve(mine, frame_is_image=False).a3c.grad_norm_clip == 40.0
+    assert resolve(mine, VECTOR).a3c.grad_norm_clip == 40.0

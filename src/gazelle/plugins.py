@@ -6,63 +6,28 @@
 - `register_env(name, maker)`: a Gymnasium id (registered in Gymnasium's own registry, so
   `gazelle.envs.make` and every part of gazelle find it like any other id).
 
-Actor processes are started with `spawn`: they import gazelle afresh, and a registration
-that a script made under `if __name__ == "__main__":` is not there by itself. `capture()`
-is sent with every child process and `Registrations.restore()` replays it there, before the
-child builds anything (`gazelle.backends.local.child.child_main`). Factories travel by
-reference (pickle's module + name), so `register_*` checks at once that a child can import
-them: a module-level function or class (of the script itself too: `spawn` re-imports the
-main script in the child), or a `module:attr` string. Nothing here imports torch.
+The registry these fill is `gazelle.registrations`: the models, the config and the backends
+read it there and never import this module (which imports `gazelle.models`' built-in torsos
+to refuse their names). Actor processes are started with `spawn`: they import gazelle
+afresh, and a registration that a script made under `if __name__ == "__main__":` is not
+there by itself. `gazelle.registrations.capture()` is sent with every child process and
+`Registrations.restore()` replays it there, before the child builds anything
+(`gazelle.backends.local.child.child_main`). Factories travel by reference (pickle's module
++ name), so `register_*` checks at once that a child can import them: a module-level
+function or class (of the script itself too: `spawn` re-imports the main script in the
+child), or a `module:attr` string. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import re
-import warnings
-from collections.abc import Callable
 from typing import Any
 
-#: A factory, or its `module:attr` path (imported where it is first used).
-FactoryRef = Callable[..., Any] | str
+from gazelle import registrations
+from gazelle.registrations import PATH, EnvRegistration, FactoryRef, describe
 
-PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _TORSO_NAME = re.compile(r"^[A-Za-z_][\w.-]*$")
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvRegistration:
-    """One `register_env` call: the Gymnasium id, its maker and `gymnasium.register`'s
-    `max_episode_steps` and `kwargs`."""
-
-    name: str
-    maker: FactoryRef
-    max_episode_steps: int | None = None
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-    def apply(self) -> None:
-        import gymnasium
-
-        with warnings.catch_warnings():  # why: replace=True re-registers on purpose
-            warnings.simplefilter("ignore")
-            gymnasium.register(
-                self.name,
-                entry_point=self.maker,
-                max_episode_steps=self.max_episode_steps,
-                kwargs=dict(self.kwargs),
-            )
-
-
-_TORSOS: dict[str, FactoryRef] = {}
-_ENVS: dict[str, EnvRegistration] = {}
-
-
-def describe(factory: FactoryRef) -> str:
-    """`module:qualname` of a factory (the string itself for a path)."""
-    if isinstance(factory, str):
-        return factory
-    return f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
 
 
 def check_importable(kind: str, factory: Any) -> None:
@@ -109,13 +74,13 @@ def register_torso(name: str, factory: FactoryRef, *, replace: bool = False) -> 
             f"{' | '.join(TORSOS)}"
         )
     check_importable("torso", factory)
-    existing = _TORSOS.get(name)
+    existing = registrations.registered_torso(name)
     if existing is not None and existing != factory and not replace:
         raise ValueError(
             f"torso {name!r} is already registered (as {describe(existing)}); allowed: a "
             "new name, or replace=True"
         )
-    _TORSOS[name] = factory
+    registrations.add_torso(name, factory)
 
 
 def register_env(
@@ -161,7 +126,7 @@ def register_env(
             "picklable values"
         ) from err
     entry = EnvRegistration(name, maker, max_episode_steps, tuple(sorted((kwargs or {}).items())))
-    existing = _ENVS.get(name)
+    existing = registrations.registered_env(name)
     if existing == entry:
         return
     if existing is None and name in gymnasium.registry:
@@ -171,52 +136,9 @@ def register_env(
             f"env {name!r} is already registered (as {describe(existing.maker)}); allowed: a "
             "new id, or replace=True"
         )
-    entry.apply()
-    _ENVS[name] = entry
-
-
-def torso_ref(name: str) -> FactoryRef | None:
-    """The factory of registered torso `name`, `name` itself for a `module:attr` path, or
-    None."""
-    if name in _TORSOS:
-        return _TORSOS[name]
-    return name if PATH.match(name) else None
-
-
-def torso_names() -> tuple[str, ...]:
-    """The registered torsos' names."""
-    return tuple(_TORSOS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Registrations:
-    """Every registration of a process, picklable, for its child processes."""
-
-    torsos: tuple[tuple[str, FactoryRef], ...]
-    envs: tuple[EnvRegistration, ...]
-
-    def restore(self) -> None:
-        """Register all of it here (the parent's win over any of the same name: the script
-        re-imported by `spawn` may have registered some already)."""
-        _TORSOS.update(self.torsos)
-        for entry in self.envs:
-            entry.apply()
-            _ENVS[entry.name] = entry
-
-
-def capture() -> Registrations:
-    """This process's registrations (for a child process: `restore()` them there)."""
-    return Registrations(tuple(_TORSOS.items()), tuple(_ENVS.values()))
+    registrations.add_env(entry)
 
 
 def forget(name: str) -> None:
     """Undo `register_torso` / `register_env` of `name` in this process (KeyError if none)."""
-    if name in _TORSOS:
-        del _TORSOS[name]
-    elif name in _ENVS:
-        import gymnasium
-
-        del _ENVS[name]
-        gymnasium.registry.pop(name, None)
-    else:
-        raise KeyError(f"{name!r} is not registered; registered: {sorted({*_TORSOS, *_ENVS})}")
+    registrations.remove(name)

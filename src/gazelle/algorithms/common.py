@@ -1,12 +1,13 @@
 """What every algorithm's builder needs: the env probe, the resolved config, the device,
-seeds and threads. No algorithm, no transport here."""
+seeds and threads. No algorithm, no transport here. The env's facts come from one
+`gazelle.envs.probe` call, which `prepare` hands on to the presets and the layout rule."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,17 +20,9 @@ from gazelle.config import (
     validate,
 )
 from gazelle.runtime.learner import cpu_has_native_bf16
-from gazelle.types import ObsSpec
 
-
-@dataclasses.dataclass(frozen=True)
-class EnvProbe:
-    """What one look at the env tells a builder."""
-
-    levels: list[str]
-    obs_spec: ObsSpec
-    action_repeats: int
-    kind: str
+if TYPE_CHECKING:
+    from gazelle.envs.probe import EnvProbe
 
 
 def resolve_device(name: str) -> torch.device:
@@ -61,85 +54,50 @@ def env_kwargs(config: Config) -> dict[str, Any]:
 
 
 def probe(config: Config) -> EnvProbe:
-    """Levels, observation spec, action repeats and env kind; every distinct level of a
-    multi-task --env must share the first one's observations and actions."""
-    from gazelle.envs import default_action_repeats, expand_levels
-    from gazelle.envs.registry import resolve as resolve_env
+    """The env's facts (`gazelle.envs.probe`) for `config`'s env settings and algorithm;
+    every distinct level of a multi-task --env must share the first one's observations and
+    actions, and each level needs an actor."""
+    from gazelle.envs.probe import LevelsDiffer
+    from gazelle.envs.probe import probe as probe_env
 
     env = config.env.id
+
+    def one_actor_per_level(levels: list[str]) -> None:
+        num_actors = config.actors.num_actors
+        if num_actors is not None and num_actors < len(levels):
+            raise ConfigError(
+                "num_actors",
+                num_actors,
+                f"at least {len(levels)}, one actor per level of --env {env}",
+            )
+
     try:
-        levels = expand_levels(env, test_mode=False)
-        kind = "dmlab" if levels[0].startswith("dmlab:") else resolve_env(levels[0]).kind
+        # why: Atari's preprocessing, which the observation shape depends on, is the
+        # algorithm's own unless given (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42).
+        frames = "universe" if config.algo == "a3c" else "deepmind"
+        return probe_env(env, frames, one_actor_per_level, **env_kwargs(config))
+    except LevelsDiffer as err:
+        hint = " (Atari games: add --full-action-space)" if err.kind == "atari" else ""
+        raise ConfigError("env", env, f"{err}{hint}") from err
+    except ConfigError:
+        raise  # why: one_actor_per_level's, already naming its flag
     except (ValueError, KeyError, ImportError) as err:
         raise ConfigError("env", env, f"an env gazelle can make ({err})") from err
-    num_actors = config.actors.num_actors
-    if num_actors is not None and num_actors < len(levels):
-        raise ConfigError(
-            "num_actors", num_actors, f"at least {len(levels)}, one actor per level of --env {env}"
-        )
-    spec = _level_spec(config, levels[0])
-    # why: one agent serves every level, so its input and policy head must fit them all.
-    # DMLab levels share one observation config by construction (and load slowly).
-    for level in dict.fromkeys(levels[1:]) if kind != "dmlab" else ():
-        other = _level_spec(config, level)
-        if other != spec:
-            hint = " (Atari games: add --full-action-space)" if kind == "atari" else ""
-            raise ConfigError(
-                "env",
-                env,
-                f"levels with the same observations and actions; {levels[0]} has "
-                f"{_describe(spec)}, {level} has {_describe(other)}{hint}",
-            )
-    repeats = config.env.num_action_repeats or default_action_repeats(levels[0])
-    return EnvProbe(levels, spec, repeats, kind)
-
-
-def env_defaults(kind: str, level: str) -> dict[str, Any]:
-    """Config fields that the env id itself implies (the Atari protocol of the id)."""
-    if kind != "atari":
-        return {}
-    from gazelle.envs.registry import atari_protocol
-
-    protocol = atari_protocol(level)
-    return {"sticky_actions": protocol.sticky_actions, "life_loss": protocol.life_loss}
-
-
-def _level_spec(config: Config, level: str) -> ObsSpec:
-    from gazelle.envs import make, obs_spec
-
-    try:
-        env = make(level, seed=0, **env_kwargs(config))
-    except (ValueError, KeyError, ImportError) as err:
-        raise ConfigError("env", config.env.id, f"an env gazelle can make ({err})") from err
-    try:
-        return obs_spec(env)
-    finally:
-        env.close()
-
-
-def _describe(spec: ObsSpec) -> str:
-    text = f"frames {spec.frame_shape} {spec.frame_dtype} and {spec.num_actions} actions"
-    return text + (" with instructions" if spec.has_instruction else "")
 
 
 def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     """Validate, probe the env, resolve every unset field; seed the learner's RNGs."""
     validate(config)
-    config = _atari_frames(config)
     found = probe(config)
+    if config.env.atari_frames is None and found.atari_frames is not None:
+        config = config.replace(atari_frames=found.atari_frames)
     device = resolve_device(config.run.device)
     if config.run.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         print(
             "gazelle: warning: --precision bf16 on a CPU without bf16 hardware (AVX512-BF16 "
             "or AMX): torch emulates it, 13x slower than fp32 on the deep torso; use fp32"
         )
-    config = resolve(
-        config,
-        found.obs_spec.is_image,
-        found.kind,
-        env_defaults(found.kind, found.levels[0]),
-        cuda=device.type == "cuda",
-    )
+    config = resolve(config, found, cuda=device.type == "cuda")
     validate(config)
     check_torso(config, found.obs_spec)
     check_logdir(config)
@@ -163,24 +121,6 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use
     torch.manual_seed(seed)
     return config, found, device
-
-
-def _atari_frames(config: Config) -> Config:
-    """Atari's preprocessing, which the probe's observation shape depends on: the
-    algorithm's own (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42) unless given."""
-    if config.env.atari_frames is not None:
-        return config
-    from gazelle.envs import expand_levels
-    from gazelle.envs.registry import resolve as resolve_env
-
-    try:
-        first = expand_levels(config.env.id)[0]
-        atari = not first.startswith("dmlab:") and resolve_env(first).kind == "atari"
-    except (ValueError, KeyError, ImportError):
-        return config  # the probe names the problem
-    if not atari:
-        return config
-    return config.replace(atari_frames="universe" if config.algo == "a3c" else "deepmind")
 
 
 def learner_threads(config: Config, device: torch.device) -> None:

@@ -28,7 +28,7 @@ import torch
 from gazelle.config import Config, default_num_actors
 
 if TYPE_CHECKING:
-    from gazelle.algorithms.common import EnvProbe
+    from gazelle.envs.probe import EnvProbe
 
 #: Acting's share of the cores is rounded up only past this fraction of a core: an actor
 #: that would be idle most of the time still costs a process, its memory and a share of the
@@ -68,9 +68,9 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
     run's own weights, optimiser state and RNG streams are not touched)."""
     from gazelle.algorithms.common import env_kwargs
     from gazelle.algorithms.impala.build import make_learner
-    from gazelle.bench.parts import env_rate, inference_rate, learner_rate
     from gazelle.models import build_agent
     from gazelle.runtime.allocator import keep_freed_memory
+    from gazelle.runtime.part_costs import env_rate, inference_rate, learner_rate
 
     keep_freed_memory()  # why: as the run's learner will; without it deep measures ~1.6x slower
     model = config.model

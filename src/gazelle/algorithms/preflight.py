@@ -23,7 +23,7 @@ def check_torso(config: Config, spec: ObsSpec) -> None:
     """The torso must take the env's frames (image torsos images, mlp vectors); a torso of
     the user's own (`gazelle.register_torso`) must also map two frames to
     `[2, output_size]` features."""
-    from gazelle import plugins
+    from gazelle import registrations
     from gazelle.models import custom
     from gazelle.models.torsos import TORSOS, make_torso
 
@@ -31,16 +31,13 @@ def check_torso(config: Config, spec: ObsSpec) -> None:
     shape = tuple(spec.frame_shape)
     try:
         built = make_torso(torso, shape)
-        if plugins.torso_ref(torso) is not None:
+        if registrations.torso_ref(torso) is not None:
             dtype = torch.uint8 if spec.is_image else torch.float32
             custom.check_forward(built, torso, shape, dtype)
     except ValueError as err:
         fitting = [name for name, cls in TORSOS.items() if cls.is_image == (len(shape) == 3)]
-        raise ConfigError(
-            "model",
-            torso,
-            f"a torso for {shape} frames: {' | '.join([*fitting, *plugins.torso_names()])} ({err})",
-        ) from err
+        allowed = " | ".join([*fitting, *registrations.torso_names()])
+        raise ConfigError("model", torso, f"a torso for {shape} frames: {allowed} ({err})") from err
 
 
 def check_logdir(config: Config) -> None:

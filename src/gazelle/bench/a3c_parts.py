@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from gazelle.bench.parts import _fake_obs, _per_core_rate, env_rate
 from gazelle.config import Config
+from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 
 
 def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
             a3c.grad_norm_clip, a3c.queue_size, found.action_repeats,
         )  # fmt: skip
         rollout: dict[str, torch.Tensor] = {
-            **_fake_obs(spec, (steps + 1, envs)),
+            **fake_obs(spec, (steps + 1, envs)),
             "action": torch.randint(0, spec.num_actions, (steps + 1, envs)),
             "reward": torch.randn(steps + 1, envs),
             "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
@@ -49,7 +49,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
         }
         if model.use_lstm:
             rollout["state_h"], rollout["state_c"] = agent.initial_state(envs)
-        obs = _fake_obs(spec, (envs,))
+        obs = fake_obs(spec, (envs,))
         state = agent.initial_state(envs)
         zeros = torch.zeros(envs, dtype=torch.long), torch.zeros(envs)
         done = torch.zeros(envs, dtype=torch.bool)
@@ -66,8 +66,8 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
             "env_steps_per_core_s": functools.partial(
                 env_rate, found.levels[0], env_kwargs(config)
             ),
-            "inference_samples_per_core_s": lambda s: _per_core_rate(act, s),
-            "learner_samples_per_core_s": lambda s: _per_core_rate(update, s),
+            "inference_samples_per_core_s": lambda s: per_core_rate(act, s),
+            "learner_samples_per_core_s": lambda s: per_core_rate(update, s),
         }
         rates = {name: 0.0 for name in parts}
         for _ in range(max(1, rounds)):

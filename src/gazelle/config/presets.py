@@ -1,9 +1,11 @@
 """Presets: the values of the fields a user leaves unset, per env family and preset name.
 
-`resolve(config, ...)` fills every `None` field of a `Config` from, in order: what the env id
+`resolve(config, env)` fills every `None` field of a `Config` from, in order: what the env id
 itself implies (an Atari id's protocol), the algorithm's preset for the env family, and
-gazelle's machine-dependent rules (torso, actors). The resolved config is what a run saves
-in its logdir, so `config.json` always shows every value that ran.
+gazelle's machine-dependent rules (torso, actors). All it knows of the env is what
+`gazelle.envs.probe` found (`EnvProbe`): its kind, its frames, its protocol. The resolved
+config is what a run saves in its logdir, so `config.json` always shows every value that
+ran.
 
 IMPALA presets (`--preset`):
 
@@ -21,9 +23,12 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gazelle.config.core import Config
+
+if TYPE_CHECKING:
+    from gazelle.envs.probe import EnvProbe
 
 #: IMPALA presets: preset name -> env family -> flat name -> value.
 IMPALA_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -86,20 +91,11 @@ A3C_PRESETS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def env_family(env: str, frame_is_image: bool, env_kind: str | None = None) -> str:
-    """Preset family of an env spec: atari, dmlab, image or vector.
-
-    `env_kind` is what `gazelle.envs.registry.resolve` found (atari, dmlab, minigrid, gym);
-    without it, the spec's prefix decides.
-    """
-    first = env.split(",")[0].strip()
-    if env_kind in ("atari", "dmlab"):
-        return env_kind
-    if first == "dmlab30" or first.startswith("dmlab:"):
-        return "dmlab"
-    if first.startswith("ALE/"):
-        return "atari"
-    return "image" if frame_is_image else "vector"
+def env_family(env: EnvProbe) -> str:
+    """Preset family of a probed env: atari, dmlab, image or vector."""
+    if env.kind in ("atari", "dmlab"):
+        return env.kind
+    return "image" if env.obs_spec.is_image else "vector"
 
 
 def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
@@ -117,15 +113,11 @@ def default_torso(frame_is_image: bool, cuda: bool) -> str:
     return "deep" if cuda else "shallow"
 
 
-def resolve(
-    config: Config,
-    frame_is_image: bool,
-    env_kind: str | None = None,
-    env_defaults: dict[str, Any] | None = None,
-    cuda: bool = False,
-) -> Config:
-    """Fill the fields left None (see the module docstring); `cuda`: the learner's device."""
-    family = env_family(config.env.id, frame_is_image, env_kind)
+def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
+    """Fill the fields left None (see the module docstring) for the env `gazelle.envs.probe`
+    found; `cuda`: the learner's device."""
+    family = env_family(env)
+    frame_is_image = env.obs_spec.is_image
     defaults: dict[str, Any] = {"sticky_actions": False, "life_loss": False}
     if config.algo == "impala":
         preset = config.impala.preset
@@ -136,7 +128,7 @@ def resolve(
         defaults.update(IMPALA_PRESETS[preset][family])
     elif config.algo == "a3c":
         defaults.update(A3C_PRESETS[family])
-    defaults.update(env_defaults or {})
+    defaults.update(env.env_defaults)
     updates = {k: v for k, v in defaults.items() if config.get(k) is None}
     if config.model.torso == "auto":
         updates["model"] = default_torso(frame_is_image, cuda)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.config.core import Config
 from gazelle.config.errors import ConfigError
 
@@ -104,9 +104,9 @@ def _validate_torso(torso: Any) -> None:
     """A built-in torso, one registered with `gazelle.register_torso`, or a `module:attr`
     factory path (whether it builds and fits the frames is checked once the env is known:
     `gazelle.algorithms.preflight.check_torso`)."""
-    if torso in TORSO_CHOICES or (isinstance(torso, str) and plugins.torso_ref(torso)):
+    if torso in TORSO_CHOICES or (isinstance(torso, str) and registrations.torso_ref(torso)):
         return
-    allowed = (*TORSO_CHOICES, *plugins.torso_names(), "a registered torso or 'module:attr'")
+    allowed = (*TORSO_CHOICES, *registrations.torso_names(), "a registered torso or 'module:attr'")
     raise ConfigError("model", torso, " | ".join(allowed))
 
 

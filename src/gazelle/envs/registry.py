@@ -134,12 +134,37 @@ def make(
             `frame_size`, ...); DMLab `width`, `height`, `dataset_path`, `level_cache_dir`,
             ...; otherwise the Gymnasium id's own keyword arguments.
     """
-    target = resolve(spec)
-    repeats = num_action_repeats or default_action_repeats(spec)
+    return make_resolved(
+        resolve(spec),
+        spec,
+        seed=seed,
+        num_action_repeats=num_action_repeats,
+        sticky_actions=sticky_actions,
+        life_loss=life_loss,
+        test_mode=test_mode,
+        render_mode=render_mode,
+        **kwargs,
+    )
+
+
+def make_resolved(
+    target: Resolved,
+    spec: str,
+    *,
+    seed: int | None = None,
+    num_action_repeats: int | None = None,
+    sticky_actions: bool | None = None,
+    life_loss: bool | None = None,
+    test_mode: bool = False,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> gymnasium.Env:
+    """`make(spec)` for a spec already resolved to `target` (not resolved again)."""
+    repeats = num_action_repeats or repeats_for_kind(target.kind)
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
     if target.kind == "atari":
-        protocol = atari_protocol(target.name)
+        protocol = protocol_of(target)
         sticky_actions = protocol.sticky_actions if sticky_actions is None else sticky_actions
         life_loss = protocol.life_loss if life_loss is None else life_loss
         life_loss = life_loss and not test_mode
@@ -203,9 +228,13 @@ class AtariProtocol:
 
 def atari_protocol(spec: str) -> AtariProtocol:
     """The protocol of an Atari spec (see `AtariProtocol`); ValueError for a non-Atari one."""
-    target = resolve(spec)
+    return protocol_of(resolve(spec), spec)
+
+
+def protocol_of(target: Resolved, spec: str | None = None) -> AtariProtocol:
+    """The protocol of a resolved Atari id; ValueError for a non-Atari one."""
     if target.kind != "atari":
-        raise ValueError(f"{spec!r} is not an Atari id")
+        raise ValueError(f"{spec or target.name!r} is not an Atari id")
     registered = gymnasium.spec(target.name)
     sticky = float(registered.kwargs.get("repeat_action_probability", 0.0)) > 0.0
     classic = (registered.version or 0) < 5
@@ -217,7 +246,12 @@ def default_action_repeats(spec: str) -> int:
     spec = spec.strip()
     if spec == DMLAB30 or spec.startswith(DMLAB_PREFIX):
         return 4
-    return 4 if resolve(spec).kind == "atari" else 1
+    return repeats_for_kind(resolve(spec).kind)
+
+
+def repeats_for_kind(kind: str) -> int:
+    """Agent-step repeats of a resolved spec's kind (see `default_action_repeats`)."""
+    return 4 if kind in ("atari", "dmlab") else 1
 
 
 def expand_levels(spec: str, test_mode: bool = False) -> list[str]:

@@ -1,5 +1,5 @@
 """Torsos of the user's own: registered by name (`gazelle.register_torso`, kept in
-`gazelle.plugins`) or named by a `module:attr` path (`--model mypkg.nets:WideTorso`).
+`gazelle.registrations`) or named by a `module:attr` path (`--model mypkg.nets:WideTorso`).
 
 A factory is called as `factory(frame_shape)` and returns an `nn.Module` with an int
 `output_size`, mapping frames `[N, *frame_shape]` (uint8 `[N, C, H, W]` images, or float32
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gazelle import plugins
 from gazelle.models.torsos import TORSOS, Torso, check_frames
+from gazelle.registrations import describe, torso_names, torso_ref
 
 
 class CustomTorso(Torso):
@@ -53,9 +53,9 @@ def build(name: str, frame_shape: tuple[int, ...]) -> Torso:
         ValueError: an unknown name, an import that fails, a factory that raises, or a
             result that is not an `nn.Module` with a positive int `output_size`.
     """
-    ref = plugins.torso_ref(name)
+    ref = torso_ref(name)
     if ref is None:
-        allowed = " | ".join((*TORSOS, *plugins.torso_names()))
+        allowed = " | ".join((*TORSOS, *torso_names()))
         raise ValueError(f"unknown torso {name!r}; expected one of {allowed} or 'module:attr'")
     factory = _load(ref) if isinstance(ref, str) else ref
     shape = tuple(frame_shape)
@@ -63,12 +63,12 @@ def build(name: str, frame_shape: tuple[int, ...]) -> Torso:
         net = factory(shape)
     except Exception as err:  # why: the user's code; turned into one line that names it
         raise ValueError(
-            f"torso {name!r}: {plugins.describe(ref)}({shape}) raised {type(err).__name__}: {err}"
+            f"torso {name!r}: {describe(ref)}({shape}) raised {type(err).__name__}: {err}"
         ) from err
     size = getattr(net, "output_size", None)
     if not isinstance(net, nn.Module) or isinstance(size, bool) or not isinstance(size, int):
         raise ValueError(
-            f"torso {name!r}: {plugins.describe(ref)} returned a {type(net).__name__} with "
+            f"torso {name!r}: {describe(ref)} returned a {type(net).__name__} with "
             f"output_size {size!r}; allowed: an nn.Module with an int output_size"
         )
     if size <= 0:

@@ -118,6 +118,28 @@ class ParameterServer(Protocol):
     def load_state_dict(self, state: dict[str, object]) -> None: ...
 
 
+class WorkerContext(Protocol):
+    """How a worker talks to whatever runs it (a local process's `ChildContext`, or a Ray
+    actor): telemetry, sign of life, whether to stop."""
+
+    def report(self, event: dict[str, Any]) -> None: ...
+
+    def beat(self) -> None: ...
+
+    def should_stop(self) -> bool: ...
+
+    def waiting(self) -> bool:
+        """`should_stop()` for wait loops (it beats too: a worker waiting is not hung)."""
+        ...
+
+
+#: The work an algorithm hands a backend to run in each of its worker processes, called
+#: there as `work(spec, context, *args)` (`context` a `WorkerContext`). Picklable by
+#: reference: a module-level function (A3C's `run_worker`), so no backend imports an
+#: algorithm.
+Work = Callable[..., None]
+
+
 class PolicyStopped(Exception):
     """The run is stopping while an actor waited for its inference server."""
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings
-from gazelle.algorithms.a3c.worker import TrainerSettings, worker_process
-from gazelle.algorithms.common import EnvProbe, env_kwargs, prepare
+from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker
+from gazelle.algorithms.common import env_kwargs, prepare
 from gazelle.algorithms.preflight import check_wandb
 from gazelle.algorithms.runstate import (
     CHECKPOINT_FILE,
@@ -35,6 +35,9 @@ from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Fleet, ParameterServer
 from gazelle.tracking import open_run_logger
+
+if TYPE_CHECKING:
+    from gazelle.envs.probe import EnvProbe
 
 #: Seconds between two looks at the workers' events.
 POLL_S = 0.05
@@ -169,23 +172,23 @@ def _workers(
     decay_frames: int | None,
 ) -> tuple[ParameterServer, Fleet]:
     """The parameter server and the (not yet started) workers on `--backend`: local (shared
-    Adam, Hogwild, worker processes) or ray (a parameter-server actor, Ray actors)."""
+    Adam, Hogwild, worker processes) or ray (a parameter-server actor, Ray actors). Either
+    backend is handed the work its workers run: `run_worker(spec, context, server,
+    settings)`."""
     a3c, actors = config.a3c, config.actors
     assert a3c.learning_rate is not None
     if actors.backend == "ray":
         from gazelle.backends.ray.a3c import build_workers
 
         return build_workers(
-            agent, specs, settings, a3c.learning_rate, a3c.epsilon, decay_frames,
+            run_worker, agent, specs, settings, a3c.learning_rate, a3c.epsilon, decay_frames,
             actors.ray_address, actors.ray_actor_cpus, actors.actor_timeout_s,
             actors.ray_dashboard,
         )  # fmt: skip
     server = SharedAdamServer(
         agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, decay_frames=decay_frames
     )
-    fleet = TaskFleet(
-        specs, worker_process, (server, settings), actor_timeout_s=actors.actor_timeout_s
-    )
+    fleet = TaskFleet(specs, run_worker, (server, settings), actor_timeout_s=actors.actor_timeout_s)
     return server, fleet
 
 

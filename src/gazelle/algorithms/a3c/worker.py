@@ -1,4 +1,6 @@
-"""An A3C worker process (the seed's `A3C.process` loop around its `RunnerThread`).
+"""An A3C worker process (the seed's `A3C.process` loop around its `RunnerThread`):
+`run_worker`, the work this algorithm hands its backend (a local process or a Ray actor
+runs it as `run_worker(spec, context, server, settings)`).
 
 - The **runner thread** is the runtime's `Actor`: it steps the worker's envs with its own
   copy of the policy (pulled from the global network at each rollout's start) and puts
@@ -16,17 +18,15 @@ import dataclasses
 import math
 import threading
 import traceback
-from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
 from gazelle.algorithms.a3c.rollouts import QueueWriter, pull_rollouts
-from gazelle.backends.local.child import ChildContext, ChildLink
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
-from gazelle.runtime.interfaces import ParameterServer
+from gazelle.runtime.interfaces import ParameterServer, WorkerContext
 from gazelle.runtime.policy import LocalPolicy
 
 
@@ -89,29 +89,6 @@ def train_step(
     step = server.push([p.grad for p in params], worker)
     server.add_frames(worker, samples * settings.action_repeats)
     return {**out, "skipped": 0.0, "step": float(step)}
-
-
-class WorkerContext(Protocol):
-    """How a worker talks to whatever runs it (a local process's `ChildContext`, or a Ray
-    actor): telemetry, sign of life, whether to stop."""
-
-    def report(self, event: dict[str, Any]) -> None: ...
-
-    def beat(self) -> None: ...
-
-    def should_stop(self) -> bool: ...
-
-    def waiting(self) -> bool: ...
-
-
-def worker_process(
-    spec: ActorSpec,
-    link: ChildLink,
-    server: ParameterServer,
-    settings: TrainerSettings,
-) -> None:
-    """Entry point of a local worker process (`spec.actor_id` is its worker index)."""
-    run_worker(spec, ChildContext(link), server, settings)
 
 
 def run_worker(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gazelle.algorithms.common import EnvProbe, env_kwargs, learner_threads, prepare
+from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.backends import BackendRequest, Transport, build_backend
 from gazelle.config import Config, ConfigError
@@ -19,6 +19,9 @@ from gazelle.optim import make_optimizer
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.learner import Learner, LossFn
+
+if TYPE_CHECKING:
+    from gazelle.envs.probe import EnvProbe
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """The child's side of a `ProcessFleet`: its entry point (`child_main`), what a process gets
 to talk to its fleet (`ChildLink`) and the helpers it builds from it (`ChildContext`: report
-events, beat, see whether to stop)."""
+events, beat, see whether to stop; `run_work`: a `TaskFleet` process running the work it was
+handed)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from typing import Any
 
 import torch
 
-from gazelle import plugins
 from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
+from gazelle.registrations import Registrations
+from gazelle.runtime.interfaces import Work
 
 
 def child_main(
-    registrations: plugins.Registrations, target: Callable[..., None], args: tuple[Any, ...]
+    registrations: Registrations, target: Callable[..., None], args: tuple[Any, ...]
 ) -> None:
     """Every child process starts here: the parent's registered torsos and envs first
-    (`gazelle.plugins`), then `target(*args)`."""
+    (`gazelle.registrations`), then `target(*args)`."""
     # why: a spawned child imports gazelle afresh; what the user registered in the parent
     # (perhaps under `if __name__ == "__main__":`, which the child does not run) must be in
     # place before the child builds its agent or its envs.
@@ -59,6 +61,12 @@ class ChildContext:
         """`should_stop()` for wait loops: a process waiting is not hung, so it beats."""
         self.beat()
         return self.should_stop()
+
+
+def run_work(work: Work, spec: Any, link: ChildLink, *args: Any) -> None:
+    """A `TaskFleet` process: `work(spec, context, *args)`, its `context` this process's
+    `ChildContext` (a `gazelle.runtime.interfaces.WorkerContext`)."""
+    work(spec, ChildContext(link), *args)
 
 
 def event_sender(conn: Any) -> Callable[[dict[str, Any]], None]:

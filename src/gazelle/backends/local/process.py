@@ -6,7 +6,7 @@ Processes start with `spawn` (never a bare fork of a process that already runs t
 threads: a known source of silent deadlocks), so the same code runs on macOS. A subclass
 says what each process runs (`_target`, `_args`) and what to clean up when one dies
 (`_on_death`). Every child starts in `child_main`, which first replays the parent's
-registered torsos and envs (`gazelle.plugins`).
+registered torsos and envs (`gazelle.registrations`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.channels import receive_all
-from gazelle.backends.local.child import ChildLink, child_main
+from gazelle.backends.local.child import ChildLink, child_main, run_work
+from gazelle.runtime.interfaces import Work
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
@@ -98,7 +99,7 @@ class ProcessFleet:
         self._to_close: list[Any] = [event_writer]
         process = self.ctx.Process(
             target=child_main,
-            args=(plugins.capture(), self._target(), self._args(index, spec, link)),
+            args=(registrations.capture(), self._target(), self._args(index, spec, link)),
             name=f"gazelle-{self.kind}-{spec.actor_id}",
             daemon=True,
         )
@@ -238,25 +239,26 @@ class ProcessFleet:
 
 
 class TaskFleet(ProcessFleet):
-    """Processes that run `target(spec, link, *args)`: what an algorithm starts itself (A3C's
-    workers), with the fleet's supervision."""
+    """Processes that run `work(spec, context, *args)`: the work an algorithm hands the
+    backend (A3C's `run_worker`; a `gazelle.runtime.interfaces.Work`), with the fleet's
+    supervision; `context` is the process's `ChildContext`."""
 
     kind = "worker"
 
     def __init__(
         self,
         specs: list[Any],
-        target: Callable[..., None],
+        work: Work,
         args: tuple[Any, ...],
         ctx: Any | None = None,
         actor_timeout_s: float = 120.0,
         max_restarts: int = 100,
     ) -> None:
         super().__init__(specs, ctx, None, actor_timeout_s, max_restarts)
-        self.target, self.args = target, args
+        self.work, self.args = work, args
 
     def _target(self) -> Callable[..., None]:
-        return self.target
+        return run_work
 
     def _args(self, index: int, spec: Any, link: ChildLink) -> tuple[Any, ...]:
-        return (spec, link, *self.args)
+        return (self.work, spec, link, *self.args)

@@ -1,7 +1,8 @@
 """A3C on Ray: a parameter-server Ray actor holds the global weights and Adam's state (the
-A3C seed's distributed mode), and each worker is a Ray actor running the same worker loop
-as a local process (`gazelle.algorithms.a3c.worker.run_worker`): it pulls the weights,
-computes its gradient and pushes it; the server applies pushes one at a time.
+A3C seed's distributed mode), and each worker is a Ray actor running the work the algorithm
+hands the backend, as a local worker process does (`work(spec, context, server, settings)`:
+A3C's `run_worker`): it pulls the weights, computes its gradient and pushes it; the server
+applies pushes one at a time. This module knows no algorithm.
 
 The driver only watches, as on one machine: `RayWorkerFleet.poll` drains each worker's
 events, and replaces a worker whose process died, whose loop raised or that went silent.
@@ -21,11 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.backends.local.params import flatten, load_flat
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
+from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
+from gazelle.runtime.interfaces import Work
 
 #: Seconds between two drains of a worker's events.
 DRAIN_S = 0.25
@@ -117,25 +120,26 @@ class RayParameterServer:
 
 
 class WorkerHost:
-    """One A3C worker in a Ray actor: `run()` is the worker loop (on one of the actor's two
-    threads); `drain()` hands the driver its events and seconds since its last sign of
-    life; `stop()` ends the loop."""
+    """One A3C worker in a Ray actor: `run()` is the work it was handed (on one of the
+    actor's two threads), with this host as its `WorkerContext`; `drain()` hands the driver
+    its events and seconds since its last sign of life; `stop()` ends the loop."""
 
     def __init__(
         self,
-        registrations: plugins.Registrations,
+        registrations: Registrations,
+        work: Work,
         spec: ActorSpec,
         server: RayParameterServer,
         settings: Any,
     ) -> None:
         registrations.restore()
-        self.spec, self.server, self.settings = spec, server, settings
+        self.work, self.spec, self.server, self.settings = work, spec, server, settings
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._beat = time.monotonic()
 
-    # the WorkerContext that run_worker talks to
+    # the WorkerContext (gazelle.runtime.interfaces) that the work talks to
     def report(self, event: dict[str, Any]) -> None:
         with self._lock:
             self._events.append(event)
@@ -151,9 +155,7 @@ class WorkerHost:
         return self.should_stop()
 
     def run(self) -> None:
-        from gazelle.algorithms.a3c.worker import run_worker
-
-        run_worker(self.spec, self, self.server, self.settings)
+        self.work(self.spec, self, self.server, self.settings)
 
     def drain(self) -> tuple[list[dict[str, Any]], float]:
         with self._lock:
@@ -165,6 +167,7 @@ class WorkerHost:
 
 
 def build_workers(
+    work: Work,
     agent: nn.Module,
     specs: list[ActorSpec],
     settings: Any,
@@ -177,7 +180,7 @@ def build_workers(
     dashboard: bool = False,
 ) -> tuple[RayParameterServer, RayWorkerFleet]:
     """Connect to (or start) Ray; the parameter server (started) and the workers' fleet
-    (not yet started)."""
+    (not yet started), each worker to run `work(spec, context, server, settings)`."""
     from gazelle.backends.ray.cluster import check_room, connect, require_ray
 
     ray = require_ray()
@@ -187,7 +190,7 @@ def build_workers(
         agent, len(specs), lr, eps, decay_frames
     )
     server = RayParameterServer(host)
-    fleet = RayWorkerFleet(specs, server, settings, cpus_per_worker, actor_timeout_s, owns)
+    fleet = RayWorkerFleet(work, specs, server, settings, cpus_per_worker, actor_timeout_s, owns)
     return server, fleet
 
 
@@ -196,6 +199,7 @@ class RayWorkerFleet:
 
     def __init__(
         self,
+        work: Work,
         specs: list[ActorSpec],
         server: RayParameterServer,
         settings: Any,
@@ -207,7 +211,7 @@ class RayWorkerFleet:
         from gazelle.backends.ray.cluster import require_ray
 
         ray = self._ray = require_ray()
-        self.specs, self.server, self.settings = list(specs), server, settings
+        self.work, self.specs, self.server, self.settings = work, list(specs), server, settings
         # why: two threads: `run` holds one for the whole run, `drain`/`stop` use the other.
         self._remote = ray.remote(num_cpus=cpus_per_worker, max_concurrency=2)(WorkerHost)
         self.actor_timeout_s, self.owns_ray = actor_timeout_s, owns_ray
@@ -218,7 +222,7 @@ class RayWorkerFleet:
         self.restarts, self.hung = [0] * n, [0] * n
         self.silent = [0.0] * n
         self.dropped_slots = 0
-        self._registrations = plugins.capture()
+        self._registrations = registrations.capture()
         self._leftover: list[dict[str, Any]] = []
         self._last_drain = 0.0
         self._closed = False
@@ -228,7 +232,9 @@ class RayWorkerFleet:
         if self.restarts[index]:
             seed = spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
             spec = dataclasses.replace(spec, seed=seed)
-        handle = self._remote.remote(self._registrations, spec, self.server, self.settings)
+        handle = self._remote.remote(
+            self._registrations, self.work, spec, self.server, self.settings
+        )
         self.handles[index], self.runs[index] = handle, handle.run.remote()
         self.silent[index] = 0.0
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.layout import is_state
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
 from gazelle.backends.ray.health import Heartbeat
@@ -81,7 +81,7 @@ class RayFleet:
             else None
         )
         self._remote = ray.remote(num_cpus=cpus_per_actor, max_restarts=0)(ActorHost)
-        self._registrations = plugins.capture()
+        self._registrations = registrations.capture()
         n = len(self.specs)
         self.handles: list[Any] = [None] * n
         self.budgets = [budget(f"actor {spec.actor_id}") for spec in self.specs]

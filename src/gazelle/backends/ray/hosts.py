@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from gazelle import plugins
 from gazelle.backends.local.layout import SlotLayout, is_state
 from gazelle.backends.local.params import load_flat
 from gazelle.models import state_size
+from gazelle.registrations import Registrations
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy
 
@@ -84,9 +84,7 @@ class ActorHost:
     all its envs (env and LSTM state persist between calls, as in the seed's actor) and
     returns it with the telemetry events it produced."""
 
-    def __init__(
-        self, registrations: plugins.Registrations, spec: ActorSpec, server: Any = None
-    ) -> None:
+    def __init__(self, registrations: Registrations, spec: ActorSpec, server: Any = None) -> None:
         """`server`: the central inference server's handle (None: act with an own copy)."""
         # why: the driver's registered torsos and envs, before anything is built here.
         registrations.restore()

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gazelle import plugins
+from gazelle import registrations
 from gazelle.backends.local.params import load_flat
 from gazelle.models import Agent
+from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import PolicyStopped
 from gazelle.types import INSTRUCTION
 
@@ -44,7 +45,7 @@ class InferenceHost:
 
     def __init__(
         self,
-        registrations: plugins.Registrations,
+        registrations: Registrations,
         agent: Agent,
         device: str,
         max_batch: int,
@@ -214,7 +215,7 @@ def start_server(request: Any) -> Any:
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     )
     return host.remote(
-        plugins.capture(),
+        registrations.capture(),
         copy.deepcopy(request.agent).cpu(),
         "cuda" if cuda else "cpu",
         request.inference_max_batch or envs,

@@ -1,0 +1,111 @@
+"""What a run needs to know of its env spec, found once: `probe(spec) -> EnvProbe`.
+
+One call expands the spec into its levels, resolves each distinct level once, makes one env
+of each (to read its observations and actions) and reads the first level's Atari protocol.
+Everything that configures a run from its env (the algorithms' `prepare`, the presets, the
+layout rule) reads the `EnvProbe` and parses the spec no more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gazelle.envs import registry
+from gazelle.envs.registry import AtariProtocol, Resolved
+from gazelle.types import ObsSpec
+
+
+@dataclass(frozen=True)
+class EnvProbe:
+    """An env spec's facts, as a run needs them.
+
+    Attributes:
+        levels: the single specs it names (`expand_levels`), in order, repeats kept.
+        obs_spec: the observations and actions every level shares.
+        action_repeats: agent-step repeats (as asked, or the first level's default).
+        kind: the first level's: atari, minigrid, dmlab or gym.
+        protocol: the first level's Atari protocol (None unless Atari).
+        atari_frames: the Atari preprocessing `obs_spec` was made with (None unless Atari).
+    """
+
+    levels: list[str]
+    obs_spec: ObsSpec
+    action_repeats: int
+    kind: str
+    protocol: AtariProtocol | None = None
+    atari_frames: str | None = None
+
+    @property
+    def env_defaults(self) -> dict[str, Any]:
+        """The env settings the id itself implies (its Atari protocol's), as `make`'s
+        keyword arguments and the env section's fields."""
+        if self.protocol is None:
+            return {}
+        return {
+            "sticky_actions": self.protocol.sticky_actions,
+            "life_loss": self.protocol.life_loss,
+        }
+
+
+class LevelsDiffer(ValueError):
+    """Two levels of one spec differ in their observations or actions (one agent serves
+    them all, so its input and policy head must fit every one)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def probe(
+    spec: str,
+    atari_frames: str = "deepmind",
+    check: Callable[[list[str]], None] | None = None,
+    **make_kwargs: Any,
+) -> EnvProbe:
+    """The facts of env spec `spec` (one level, a comma-separated list, `dmlab30`).
+
+    `make_kwargs` are `make`'s (the run's env settings); an Atari spec's envs are made with
+    preprocessing `atari_frames` unless they name a `preset`. `check(levels)` runs once the
+    levels are known and the first is resolved, before any env is made (which can take a
+    while: a DMLab level loads for seconds).
+
+    Raises:
+        LevelsDiffer: two levels differ in observations or actions.
+        ValueError, KeyError, ImportError: a level gazelle cannot make.
+    """
+    levels = registry.expand_levels(spec, test_mode=False)
+    first = registry.resolve(levels[0])
+    if check is not None:
+        check(levels)
+    protocol = None
+    if first.kind == "atari":
+        protocol = registry.protocol_of(first, levels[0])
+        make_kwargs = {"preset": atari_frames, **make_kwargs}
+    found = _level_spec(first, levels[0], make_kwargs)
+    # why: DMLab levels share one observation config by construction (and load slowly).
+    for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
+        other = _level_spec(registry.resolve(level), level, make_kwargs)
+        if other != found:
+            raise LevelsDiffer(
+                f"levels with the same observations and actions; {levels[0]} has "
+                f"{_describe(found)}, {level} has {_describe(other)}",
+                first.kind,
+            )
+    repeats = make_kwargs.get("num_action_repeats") or registry.repeats_for_kind(first.kind)
+    frames = make_kwargs["preset"] if first.kind == "atari" else None
+    return EnvProbe(levels, found, repeats, first.kind, protocol, frames)
+
+
+def _level_spec(target: Resolved, level: str, make_kwargs: dict[str, Any]) -> ObsSpec:
+    env = registry.make_resolved(target, level, seed=0, **make_kwargs)
+    try:
+        return registry.obs_spec(env)
+    finally:
+        env.close()
+
+
+def _describe(spec: ObsSpec) -> str:
+    text = f"frames {spec.frame_shape} {spec.frame_dtype} and {spec.num_actions} actions"
+    return text + (" with instructions" if spec.has_instruction else "")

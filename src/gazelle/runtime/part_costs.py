@@ -1,0 +1,106 @@
+"""What each part of a run costs on one core: env steps, the actors' inference, the learner.
+
+Each rate is items per CPU-second of this process on one torch thread, so the rates of parts
+measured one after another add up to the machine's limit. Two users: the layout rule, which
+gives the actors their share of the cores from these costs at start-up
+(`gazelle.algorithms.layout`), and `gazelle bench`, which compares a real run with the
+limit they set (`gazelle.bench.parts`).
+
+`inference_rate` and `learner_rate` take a run as their caller has it: anything with
+`config.model` (`torso`, `use_lstm`), `obs_spec`, `agent`, `learner` (a `Learner`),
+`device`, `unroll_length` and `batch_size`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def per_core_rate(fn: Callable[[], int], seconds: float) -> float:
+    """Items per CPU-second of this process (one thread), calling fn until `seconds` pass."""
+    fn()  # warm up (allocations, lazy init)
+    items, cpu0, wall0 = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - wall0 < seconds:
+        items += fn()
+    return items / max(time.process_time() - cpu0, 1e-9)
+
+
+def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
+    """Agent steps per core-second, random actions."""
+    from gazelle.envs import make
+
+    env = make(level, seed=0, **env_kwargs)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n = int(env.action_space.n)  # type: ignore[attr-defined]
+
+    def steps() -> int:
+        for _ in range(100):
+            _, _, terminated, truncated, _ = env.step(int(rng.integers(n)))
+            if terminated or truncated:
+                env.reset()
+        return 100
+
+    try:
+        return per_core_rate(steps, seconds)
+    finally:
+        env.close()
+
+
+def fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """Random observations of `spec` (an `ObsSpec`) with leading dims `shape`."""
+    frame_shape = (*shape, *spec.frame_shape)
+    if spec.is_image:
+        obs = {"frame": torch.randint(0, 255, frame_shape, dtype=torch.uint8)}
+    else:
+        obs = {"frame": torch.randn(frame_shape)}
+    if spec.has_instruction:
+        obs["instruction"] = torch.randint(1, 1000, (*shape, 8))
+    return obs
+
+
+def inference_rate(run: Any, batch: int, seconds: float) -> float:
+    """`Agent.act` samples per core-second at `batch` envs."""
+    from gazelle.models import build_agent
+
+    model = run.config.model
+    agent = build_agent(run.obs_spec, model.torso, model.use_lstm).eval()
+    obs = fake_obs(run.obs_spec, (batch,))
+    state = agent.initial_state(batch)
+    action = torch.zeros(batch, dtype=torch.long)
+    reward, done = torch.zeros(batch), torch.zeros(batch, dtype=torch.bool)
+
+    def call() -> int:
+        agent.act(obs, action, reward, done, state)
+        return batch
+
+    return per_core_rate(call, seconds)
+
+
+def learner_rate(run: Any, seconds: float) -> float:
+    """Learner samples (agent steps) per core-second on a batch of the run's shape."""
+    t, b = run.unroll_length, run.batch_size
+    spec = run.obs_spec
+    batch: dict[str, torch.Tensor] = {
+        **fake_obs(spec, (t + 1, b)),
+        "action": torch.randint(0, spec.num_actions, (t + 1, b)),
+        "policy_logits": torch.randn(t + 1, b, spec.num_actions),
+        "reward": torch.randn(t + 1, b),
+        "terminated": torch.rand(t + 1, b) < 0.01,
+        "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
+        "truncation_value": torch.zeros(t + 1, b),
+    }
+    if run.config.model.use_lstm:
+        batch["state_h"], batch["state_c"] = run.agent.initial_state(b)
+    batch = {k: v.to(run.device) for k, v in batch.items()}
+
+    def call() -> int:
+        run.learner.step(batch, 1e-6)
+        return t * b
+
+    return per_core_rate(call, seconds)
