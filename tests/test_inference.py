@@ -266,14 +266,14 @@ def test_the_ray_inference_servers_thread_reports_its_failure_to_every_caller():
     """The Ray server's batching thread dies on a bad batch: the callers waiting on it, and
     every later call and heartbeat, raise its error instead of waiting forever (the server
     class is plain Python; no Ray needed)."""
-    from gazelle import plugins
+    from gazelle import registrations
     from gazelle.backends.ray.inference import InferenceHost, ServerFailed
 
     class Broken(torch.nn.Module):
         def step(self, *args, **kwargs):
             raise ValueError("bad batch")
 
-    host = InferenceHost(plugins.capture(), Broken(), "cpu", max_batch=4, max_wait_s=0.05)
+    host = InferenceHost(registrations.capture(), Broken(), "cpu", max_batch=4, max_wait_s=0.05)
     inputs = {
         "frame": np.zeros((1, 4), np.float32), "last_action": np.zeros(1, np.int64),
         "reward": np.zeros(1, np.float32), "done": np.zeros(1, bool),

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime",),
     ("config",),
     ("models", "envs", "losses"),
-    ("types", "registrations"),
+    ("types", "registrations", "errors"),
 ]
 
 #: importer -> what it may not import although it lies below: one line per rule.
@@ -37,8 +37,9 @@ ALSO_FORBIDDEN: dict[str, tuple[str, ...]] = {
     "models": ("envs", "losses"),
     "envs": ("models", "losses", "registrations"),
     "losses": ("models", "envs", "registrations"),
-    "types": ("registrations",),
-    "registrations": ("types",),
+    "types": ("registrations", "errors"),
+    "registrations": ("types", "errors"),
+    "errors": ("types", "registrations"),
 }
 
 
