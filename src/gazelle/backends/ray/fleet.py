@@ -35,6 +35,7 @@ from gazelle.backends.local.process import RESTART_SEED_STRIDE
 from gazelle.backends.ray.health import Heartbeat
 from gazelle.backends.ray.hosts import ActorHost
 from gazelle.backends.ray.params import RayParams
+from gazelle.backends.ray.supervisor import Supervisor
 from gazelle.errors import RunError
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.restarts import RestartBudget
@@ -72,7 +73,7 @@ class RayFleet:
         ray = self._ray = require_ray()
         self.specs, self.params = list(specs), params
         self.calls_per_actor = slots_per_env
-        self.cpus_per_actor, self.actor_timeout_s = cpus_per_actor, actor_timeout_s
+        self.actor_timeout_s = actor_timeout_s
         self.owns_ray, self.server = owns_ray, server
         self._server_version = -1
         self._server_watch = (
@@ -82,10 +83,17 @@ class RayFleet:
         )
         self._remote = ray.remote(num_cpus=cpus_per_actor, max_restarts=0)(ActorHost)
         self._registrations = registrations.capture()
+        self.actors = Supervisor(
+            self._make,
+            [f"actor {spec.actor_id}" for spec in self.specs],
+            [spec.actor_id for spec in self.specs],
+            cpus_per_actor,
+            actor_timeout_s,
+            budget,
+        )
+        # the supervisor's own lists, updated in place (the `Fleet` protocol's counters)
+        self.restarts, self.hung = self.actors.restarts, self.actors.hung
         n = len(self.specs)
-        self.handles: list[Any] = [None] * n
-        self.budgets = [budget(f"actor {spec.actor_id}") for spec in self.specs]
-        self.restarts, self.hung = [0] * n, [0] * n
         self.dropped_slots = 0
         # why: one condition guards what the pump thread and the learner's thread share:
         # the finished unrolls, each actor's outstanding count, the events, the error.
@@ -93,10 +101,6 @@ class RayFleet:
         self._ready: collections.deque[tuple[dict[str, Any], int]] = collections.deque()
         self._held = [0] * n  # unrolls per actor outstanding or waiting for the learner
         self._in_flight: dict[Any, int] = {}  # unroll call ref -> actor index
-        self._starting: dict[Any, int] = {}  # `ready` call ref -> actor index (not started)
-        self._spawned = [time.monotonic()] * n  # when the current Ray actor was asked for
-        self._respawn_at: list[float | None] = [None] * n  # backing off until then
-        self._pending = [False] * n  # reported as waiting for a node with room
         self._progress = [time.monotonic()] * n  # last unroll back (or start)
         self._events: list[dict[str, Any]] = []
         self._error: BaseException | None = None
@@ -105,52 +109,36 @@ class RayFleet:
         self.get_s, self.unrolls_in = 0.0, 0
 
     # ---- life cycle -------------------------------------------------------------------
-    def _spawn(self, index: int) -> None:
+    def _make(self, index: int, restarts: int) -> Any:
         spec = self.specs[index]
-        if self.restarts[index]:
+        if restarts:
             # why: a replacement must not replay its predecessor's episodes.
-            seed = spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
-            spec = dataclasses.replace(spec, seed=seed)
-        handle = self._remote.remote(self._registrations, spec, self.server)
-        self.handles[index], self._respawn_at[index] = handle, None
-        # why: `ready` returns once Ray has placed the actor and its constructor ran; until
-        # then a silent actor is starting or pending, not hung.
-        self._starting[handle.ready.remote()] = index
-        self._spawned[index] = self._progress[index] = time.monotonic()
+            spec = dataclasses.replace(spec, seed=spec.seed + RESTART_SEED_STRIDE * restarts)
+        self._progress[index] = time.monotonic()
+        return self._remote.remote(self._registrations, spec, self.server)
 
     def start(self) -> None:
         for index in range(len(self.specs)):
-            self._spawn(index)
+            self.actors.spawn(index)
         self._pump_thread = threading.Thread(target=self._pump_guarded, name="ray-pump")
         self._pump_thread.daemon = True
         self._pump_thread.start()
 
-    def _event(self, kind: str, index: int, **fields: Any) -> None:
+    def _add_events(self, *events: dict[str, Any] | None) -> None:
         with self._cond:
-            self._events.append({"type": kind, "actor": self.specs[index].actor_id, **fields})
+            self._events += [event for event in events if event is not None]
 
     def _replace(self, index: int, reason: str, **fields: Any) -> None:
-        """Kill actor `index` (if still there), drop its calls, start anew after backoff."""
-        ray = self._ray
+        """Drop actor `index`'s calls; the supervisor kills it and schedules a new one."""
         lost = [ref for ref, i in self._in_flight.items() if i == index]
         for ref in lost:
             del self._in_flight[ref]
-        for ref in [ref for ref, i in self._starting.items() if i == index]:
-            del self._starting[ref]
         envs = self.specs[index].envs_per_actor
         with self._cond:
             self._held[index] -= envs * len(lost)
             self.dropped_slots += envs * len(lost)
-        with contextlib.suppress(Exception):  # already gone with its node
-            ray.kill(self.handles[index], no_restart=True)
-        self.handles[index], self._pending[index] = None, False
-        delay = self.budgets[index].record(reason)  # raises when the budget is spent
-        self.restarts[index] += 1
-        self._respawn_at[index] = time.monotonic() + delay
-        self._event(
-            "actor_restart", index, restarts=self.restarts[index], reason=reason,
-            dropped_slots=envs * len(lost), backoff_s=delay, **fields,
-        )  # fmt: skip
+        event = self.actors.replace(index, reason, dropped_slots=envs * len(lost), **fields)
+        self._add_events(event)
 
     # ---- the pump (its own thread) ----------------------------------------------------
     def _pump_guarded(self) -> None:
@@ -162,7 +150,7 @@ class RayFleet:
                 self._cond.notify_all()
 
     def _submit(self) -> None:
-        for index, handle in enumerate(self.handles):
+        for index, handle in enumerate(self.actors.handles):
             if handle is None:
                 continue  # backing off before its replacement starts
             envs = self.specs[index].envs_per_actor
@@ -185,12 +173,9 @@ class RayFleet:
                     # why: fire and forget; the server loads it between two batches.
                     self.server.set_weights.remote(box, version)
                     self._server_version = version
-            now = time.monotonic()
-            for index, when in enumerate(self._respawn_at):
-                if when is not None and now >= when:
-                    self._spawn(index)
+            self.actors.spawn_due()
             self._submit()
-            refs = [*self._in_flight, *self._starting]
+            refs = [*self._in_flight, *self.actors.starting]
             if not refs:
                 time.sleep(0.01)
                 continue
@@ -198,35 +183,27 @@ class RayFleet:
             if ready:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in ready:
-                if ref in self._starting:
-                    self._started(ref)
+                if ref in self.actors.starting:
+                    index, placed, error = self.actors.started(ref)
+                    self._add_events(placed)
+                    if error is not None:
+                        self._failed(index, error)
+                    else:
+                        self._progress[index] = time.monotonic()
                 else:
                     self._collect(ref)
             self._watch()
 
     def _failed(self, index: int, error: BaseException) -> None:
         """Any Ray error on one actor's call is that actor's fault: replace it."""
-        ray = self._ray
-        if isinstance(error, ray.exceptions.RayTaskError):
-            self._event("actor_crash", index, message=str(error)[-2000:])
+        if isinstance(error, self._ray.exceptions.RayTaskError):
+            self._add_events({"type": "actor_crash", "actor": self.specs[index].actor_id,
+                              "message": str(error)[-2000:]})  # fmt: skip
             self._replace(index, "unroll raised")
         else:
             # RayActorError (process died, node left), ObjectLostError, OwnerDiedError ...
             first = (str(error).strip().splitlines() or [""])[0]
-            self._replace(index, f"{type(error).__name__}", message=first[:300])
-
-    def _started(self, ref: Any) -> None:
-        index = self._starting.pop(ref)
-        try:
-            self._ray.get(ref)
-        except self._ray.exceptions.RayError as error:
-            self._failed(index, error)
-            return
-        if self._pending[index]:
-            waited = time.monotonic() - self._spawned[index]
-            self._event("actor_placed", index, waited_s=waited)
-        self._pending[index] = False
-        self._progress[index] = time.monotonic()
+            self._replace(index, type(error).__name__, message=first[:300])
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray
@@ -250,32 +227,20 @@ class RayFleet:
                 self._ready.append((result, j))
             self._cond.notify_all()
 
-    def _room(self) -> bool:
-        """Whether some node has this actor's CPUs free now."""
-        free = self._ray.available_resources().get("CPU", 0.0)
-        return bool(free + 1e-9 >= self.cpus_per_actor)
-
     def _watch(self) -> None:
-        """Tell hung actors from pending ones; replace the hung."""
+        """Replace actors that did not start with room to, and started ones gone silent."""
+        replace, events = self.actors.not_started()
+        self._add_events(*events)
+        for index in replace:
+            self._replace(index, "did not start")
         now = time.monotonic()
-        starting = set(self._starting.values())
-        for index in starting:
-            if now - self._spawned[index] <= self.actor_timeout_s or self._pending[index]:
-                continue
-            if self._room():
-                self.hung[index] += 1
-                self._event("actor_hung", index, silent_s=now - self._spawned[index])
-                self._replace(index, "did not start")
-            else:
-                self._pending[index] = True
-                need = self.cpus_per_actor
-                self._event("actor_pending", index, cpus=need, waited_s=now - self._spawned[index])
-        busy = set(self._in_flight.values()) - starting
+        busy = {i for i in self._in_flight.values() if not self.actors.is_starting(i)}
         for index in busy:
             silent = now - self._progress[index]
             if silent > self.actor_timeout_s:
                 self.hung[index] += 1
-                self._event("actor_hung", index, silent_s=silent)
+                self._add_events({"type": "actor_hung", "actor": self.specs[index].actor_id,
+                                  "silent_s": silent})  # fmt: skip
                 self._replace(index, "hung")
 
     # ---- BatchSource --------------------------------------------------------------------
@@ -339,17 +304,9 @@ class RayFleet:
     def describe(self) -> str:
         now = time.monotonic()
         busy = collections.Counter(self._in_flight.values())
-        starting = set(self._starting.values())
-
-        def state(i: int) -> str:
-            if self.handles[i] is None:
-                return "backing off before its replacement"
-            if self._pending[i]:
-                return "pending (no node has its CPUs free)"
-            return "starting" if i in starting else "Ray actor"
-
         return "\n".join(
-            f"actor {spec.actor_id}: {state(i)}, {busy.get(i, 0)} call(s) outstanding, last "
+            f"actor {spec.actor_id}: {self.actors.state(i)}, {busy.get(i, 0)} call(s) "
+            f"outstanding, last "
             f"unroll {now - self._progress[i]:.0f} s ago, {self.restarts[i]} restart(s), "
             f"{self.hung[i]} killed as hung"
             for i, spec in enumerate(self.specs)
@@ -361,21 +318,19 @@ class RayFleet:
             # why: one pump iteration is bounded (a 0.1 s wait, then ready results), so it
             # ends soon; it must end before Ray may be shut down under it.
             self._pump_thread.join(timeout=max(timeout, 60.0))
-        for handle in [*self.handles, self.server]:
-            if handle is not None:
-                with contextlib.suppress(Exception):
-                    self._ray.kill(handle, no_restart=True)
+        self.actors.close()
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(self.server, no_restart=True)
         # why: drop every Ray object this fleet holds (call refs, results backed by the
         # object store, actor handles, the weights' ref) while Ray is up: freeing one after
         # `ray.shutdown()` makes Ray's core worker exit the whole process (seen in
         # benchmarks/ray_scaling.py, which shuts its cluster down after each run).
         with self._cond:
             self._in_flight.clear()
-            self._starting.clear()
             self._ready.clear()
         if self._server_watch is not None:
             self._server_watch.forget()
-        self.handles = [None] * len(self.handles)
         self.server = None
         self.params.forget()
         if self.owns_ray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gazelle.backends.ray.supervisor import START_TIMEOUT_S
 from gazelle.errors import RunError
 
 
@@ -21,7 +22,12 @@ class Heartbeat:
     """Watches `handle` through its zero-argument method `method` (e.g. "stats")."""
 
     def __init__(
-        self, handle: Any, method: str, what: str, timeout_s: float, start_timeout_s: float = 300.0
+        self,
+        handle: Any,
+        method: str,
+        what: str,
+        timeout_s: float,
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         """`what`: the actor's name in messages; `timeout_s`: the longest silence once it
         answered; `start_timeout_s`: the longest wait for its first answer."""
