@@ -176,7 +176,7 @@ def test_central_inference_on_ray_serves_the_actors(cluster, small, tmp_path):
 
 
 def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):
-    from gazelle.backends.ray.a3c import ParameterServerHost, RayParameterServer
+    from gazelle.backends.ray.param_server import ParameterServerHost, RayParameterServer
     from gazelle.models import build_agent
 
     config = Config.of(
@@ -206,6 +206,40 @@ def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):
     for old, new in zip(before, agent.parameters()):
         assert torch.allclose(new, old - 0.01, atol=1e-5)  # Adam's first step: lr * sign
     ray.kill(host)
+
+
+def test_a_stopped_a3c_worker_on_ray_is_replaced_and_training_goes_on(cluster, tmp_path, capsys):
+    """SIGSTOP one A3C worker's process: its drain goes unanswered, it is found hung within
+    --actor-timeout-s, killed and replaced; the other worker trains on meanwhile (no poll
+    waits on the stopped one)."""
+    stopped: list[int] = []
+    seen: dict[str, int] = {}
+
+    def stop_a_worker(progress: dict) -> None:
+        if not stopped and progress["frames"] >= 2000:
+            out = subprocess.run(["pgrep", "-f", "ray::WorkerHost"], capture_output=True, text=True)
+            pids = [int(p) for p in out.stdout.split()]
+            assert pids, "no A3C worker process found"
+            os.kill(pids[0], signal.SIGSTOP)
+            stopped.append(pids[0])
+            seen["at_stop"] = progress["frames"]
+        elif stopped:
+            seen["last"] = progress["frames"]
+
+    config = Config.of(
+        algo="a3c", env="CartPole-v1", backend="ray", num_actors=2, total_frames=10**8,
+        max_seconds=60, actor_timeout_s=5.0, log_interval_s=0.5, logdir=str(tmp_path),
+    )  # fmt: skip
+    try:
+        result = train(config, on_progress=stop_a_worker)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    out = capsys.readouterr().out
+    assert stopped, "the run ended before a worker could be stopped"
+    assert result.actor_restarts >= 1 and "gave no sign of life" in out, out[-3000:]
+    assert seen["last"] - seen["at_stop"] >= 2000  # frames kept coming
 
 
 def _probe(config: Config):

@@ -14,109 +14,21 @@ import contextlib
 import dataclasses
 import threading
 import time
-import traceback
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import torch
 from torch import nn
 
 from gazelle import registrations
-from gazelle.backends.local.hogwild import SharedAdamServer
-from gazelle.backends.local.params import flatten, load_flat
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
+from gazelle.backends.ray.health import Heartbeat
+from gazelle.backends.ray.param_server import ParameterServerHost, RayParameterServer, first_line
+from gazelle.backends.ray.supervisor import Supervisor
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Work
 
 #: Seconds between two drains of a worker's events.
 DRAIN_S = 0.25
-
-
-class ParameterServerHost:
-    """The global network and Adam (torch's formula, as the local `SharedAdamServer`, whose
-    arithmetic it reuses); calls run one at a time, so pushes never interleave."""
-
-    def __init__(
-        self, agent: nn.Module, num_workers: int, lr: float, eps: float, decay_frames: int | None
-    ) -> None:
-        torch.set_num_threads(1)
-        self.agent = agent
-        self.adam = SharedAdamServer(agent, num_workers, lr, eps=eps, decay_frames=decay_frames)
-
-    def pull(self) -> tuple[np.ndarray, int]:
-        return flatten(self.agent).numpy(), self.adam.step_count
-
-    def push(self, grads: list[np.ndarray | None], worker: int) -> int:
-        return self.adam.push([None if g is None else torch.from_numpy(g) for g in grads], worker)
-
-    def add_frames(self, worker: int, frames: int) -> None:
-        self.adam.add_frames(worker, frames)
-
-    def counts(self) -> tuple[int, int]:
-        return self.adam.step_count, self.adam.frame_count
-
-    def set_weights(self, flat: np.ndarray) -> None:
-        load_flat(self.agent, torch.from_numpy(np.array(flat)))
-
-    def state_dict(self) -> dict[str, object]:
-        return self.adam.state_dict()
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.adam.load_state_dict(state)
-
-
-class RayParameterServer:
-    """A `ParameterServer` that forwards to the server actor (picklable: workers get it)."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        #: The last counts seen; what `step_count` and `frame_count` say once the server
-        #: is shut down (`closed`) at the end of a run.
-        self.last_counts = (0, 0)
-        self.closed = False
-
-    def _get(self, ref: Any) -> Any:
-        import ray
-
-        return ray.get(ref)
-
-    def _counts(self) -> tuple[int, int]:
-        if not self.closed:
-            steps, frames = self._get(self.handle.counts.remote())
-            self.last_counts = (int(steps), int(frames))
-        return self.last_counts
-
-    @property
-    def step_count(self) -> int:
-        return self._counts()[0]
-
-    @property
-    def frame_count(self) -> int:
-        return self._counts()[1]
-
-    def pull(self, module: nn.Module) -> int:
-        flat, step = self._get(self.handle.pull.remote())
-        load_flat(module, torch.from_numpy(np.array(flat)))
-        return int(step)
-
-    def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
-        arrays = [None if g is None else g.detach().cpu().numpy() for g in grads]
-        return int(self._get(self.handle.push.remote(arrays, worker)))
-
-    def add_frames(self, worker: int, frames: int) -> None:
-        self._get(self.handle.add_frames.remote(worker, frames))
-
-    def load_weights(self, module: nn.Module) -> None:
-        self._get(self.handle.set_weights.remote(flatten(module).numpy()))
-
-    def state_dict(self) -> dict[str, object]:
-        state: dict[str, object] = self._get(self.handle.state_dict.remote())
-        return state
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self._get(self.handle.load_state_dict.remote(state))
 
 
 class WorkerHost:
@@ -165,6 +77,10 @@ class WorkerHost:
     def stop(self) -> None:
         self._stop.set()
 
+    def ready(self) -> int:
+        """Answers once the worker is placed and built (the fleet's start-up check)."""
+        return self.spec.actor_id
+
 
 def build_workers(
     work: Work,
@@ -189,13 +105,19 @@ def build_workers(
     host = ray.remote(num_cpus=0)(ParameterServerHost).remote(
         agent, len(specs), lr, eps, decay_frames
     )
-    server = RayParameterServer(host)
+    server = RayParameterServer(host, timeout_s=actor_timeout_s)
     fleet = RayWorkerFleet(work, specs, server, settings, cpus_per_worker, actor_timeout_s, owns)
     return server, fleet
 
 
 class RayWorkerFleet:
-    """A3C's workers as Ray actors; implements `gazelle.runtime.interfaces.Fleet`."""
+    """A3C's workers as Ray actors; implements `gazelle.runtime.interfaces.Fleet`.
+
+    Never blocks the loop: each worker has at most one `drain` call outstanding, looked at
+    with `ray.wait(timeout=0)`; a worker whose drain stays unanswered for `actor_timeout_s`
+    (a stopped process) or that reports no sign of life for as long is hung and replaced.
+    Start-up, pending placement and replacement budgets are the `Supervisor`'s, as for
+    IMPALA's actors; the parameter server is watched by a `Heartbeat`."""
 
     def __init__(
         self,
@@ -206,7 +128,6 @@ class RayWorkerFleet:
         cpus_per_worker: float,
         actor_timeout_s: float,
         owns_ray: bool,
-        max_restarts: int = 100,
     ) -> None:
         from gazelle.backends.ray.cluster import require_ray
 
@@ -215,43 +136,46 @@ class RayWorkerFleet:
         # why: two threads: `run` holds one for the whole run, `drain`/`stop` use the other.
         self._remote = ray.remote(num_cpus=cpus_per_worker, max_concurrency=2)(WorkerHost)
         self.actor_timeout_s, self.owns_ray = actor_timeout_s, owns_ray
-        self.max_restarts = max_restarts
+        self.workers = Supervisor(
+            self._make,
+            [f"worker {spec.actor_id}" for spec in self.specs],
+            [spec.actor_id for spec in self.specs],
+            cpus_per_worker,
+            actor_timeout_s,
+        )
+        self.restarts, self.hung = self.workers.restarts, self.workers.hung
         n = len(self.specs)
-        self.handles: list[Any] = [None] * n
         self.runs: list[Any] = [None] * n
-        self.restarts, self.hung = [0] * n, [0] * n
+        self._drains: list[tuple[Any, float] | None] = [None] * n  # (ref, sent at)
         self.silent = [0.0] * n
         self.dropped_slots = 0
         self._registrations = registrations.capture()
+        self._server_watch = Heartbeat(
+            server.handle, "counts", "A3C parameter server", actor_timeout_s
+        )
         self._leftover: list[dict[str, Any]] = []
         self._last_drain = 0.0
         self._closed = False
 
-    def _spawn(self, index: int) -> None:
+    def _make(self, index: int, restarts: int) -> Any:
         spec = self.specs[index]
-        if self.restarts[index]:
-            seed = spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
+        if restarts:
+            seed = spec.seed + RESTART_SEED_STRIDE * restarts
             spec = dataclasses.replace(spec, seed=seed)
         handle = self._remote.remote(
             self._registrations, self.work, spec, self.server, self.settings
         )
-        self.handles[index], self.runs[index] = handle, handle.run.remote()
+        self.runs[index], self._drains[index] = handle.run.remote(), None
         self.silent[index] = 0.0
+        return handle
 
     def start(self) -> None:
         for index in range(len(self.specs)):
-            self._spawn(index)
+            self.workers.spawn(index)
 
-    def _replace(self, index: int, event: dict[str, Any]) -> dict[str, Any]:
-        with contextlib.suppress(Exception):
-            self._ray.kill(self.handles[index], no_restart=True)
-        self.restarts[index] += 1
-        actor_id = self.specs[index].actor_id
-        if self.restarts[index] > self.max_restarts:
-            raise RuntimeError(f"worker {actor_id} died {self.restarts[index]} times; giving up")
-        self._spawn(index)
-        return {"type": "actor_restart", "actor": actor_id, "restarts": self.restarts[index],
-                **event}  # fmt: skip
+    def _replace(self, index: int, reason: str) -> dict[str, Any]:
+        self.runs[index], self._drains[index] = None, None
+        return self.workers.replace(index, reason[:300])
 
     def poll(self) -> list[dict[str, Any]]:
         """Drain the workers' events (every `DRAIN_S`); replace dead, failed, hung ones."""
@@ -260,44 +184,65 @@ class RayWorkerFleet:
         if self._closed or now - self._last_drain < DRAIN_S:
             return events
         self._last_drain = now
+        self.workers.spawn_due()
         ray = self._ray
-        for index, handle in enumerate(self.handles):
-            actor_id = self.specs[index].actor_id
-            done, _ = ray.wait([self.runs[index]], timeout=0)
+        for ref in list(self.workers.starting):
+            done, _ = ray.wait([ref], timeout=0)
             if done:
-                try:
-                    ray.get(done[0])
-                    message = "the worker loop returned"
-                except ray.exceptions.RayActorError as error:
-                    message = f"the worker's process died: {str(error)[:300]}"
-                except ray.exceptions.RayTaskError as error:
-                    message = str(error)[-2000:]
-                    events.append({"type": "actor_crash", "actor": actor_id, "message": message})
-                events.append(self._replace(index, {"reason": message[:300]}))
+                index, placed, error = self.workers.started(ref)
+                events += [placed] if placed else []
+                if error is not None:
+                    events.append(self._replace(index, first_line(error)))
+        replace, found = self.workers.not_started()
+        events += found
+        for index in replace:
+            events.append(self._replace(index, "did not start"))
+        for index, handle in enumerate(self.workers.handles):
+            if handle is None or self.workers.is_starting(index):
                 continue
+            events += self._poll_worker(index, handle, now)
+        return events
+
+    def _poll_worker(self, index: int, handle: Any, now: float) -> list[dict[str, Any]]:
+        ray, actor_id = self._ray, self.specs[index].actor_id
+        events: list[dict[str, Any]] = []
+        done, _ = ray.wait([self.runs[index]], timeout=0)
+        if done:
             try:
-                new, silent = ray.get(handle.drain.remote(), timeout=30.0)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                continue  # its run() reports the death on the next poll
+                ray.get(done[0])
+                message = "the worker loop returned"
+            except ray.exceptions.RayTaskError as error:
+                message = str(error)[-2000:]
+                events.append({"type": "actor_crash", "actor": actor_id, "message": message})
+            except ray.exceptions.RayError as error:  # process died, node left ...
+                message = f"the worker's process died: {first_line(error)}"
+            return [*events, self._replace(index, message)]
+        pending = self._drains[index]
+        if pending is None:
+            self._drains[index] = (handle.drain.remote(), now)
+            return events
+        ref, sent = pending
+        answered, _ = ray.wait([ref], timeout=0)
+        if answered:
+            self._drains[index] = None
+            try:
+                new, silent = ray.get(ref)
+            except ray.exceptions.RayError:
+                return events  # its run() reports the death on the next poll
             events += new
             self.silent[index] = silent
-            if silent > self.actor_timeout_s:
-                self.hung[index] += 1
-                events.append({"type": "actor_hung", "actor": actor_id, "silent_s": silent})
-                events.append(self._replace(index, {"reason": "hung"}))
+        else:
+            self.silent[index] = now - sent
+        if self.silent[index] > self.actor_timeout_s:
+            self.hung[index] += 1
+            events.append({"type": "actor_hung", "actor": actor_id, "silent_s": self.silent[index]})
+            events.append(self._replace(index, "hung"))
         return events
 
     def check(self) -> None:
-        ready, _ = self._ray.wait([self.server.handle.counts.remote()], timeout=60.0)
-        if not ready:
-            raise RuntimeError("the A3C parameter server did not answer in 60 s")
-        try:
-            self._ray.get(ready[0])
-        except self._ray.exceptions.RayActorError as error:
-            raise RuntimeError(
-                "the A3C parameter server died; the run cannot go on:\n"
-                + "".join(traceback.format_exception_only(error))
-            ) from error
+        """Raise `RunError` if the parameter server failed or went silent (never blocks)."""
+        if not self._closed:
+            self._server_watch.check()
 
     def supervise(self) -> None:
         self._leftover = self.poll()
@@ -307,26 +252,27 @@ class RayWorkerFleet:
 
     def describe(self) -> str:
         return "\n".join(
-            f"worker {spec.actor_id}: Ray actor, last sign of life {self.silent[i]:.0f} s "
-            f"ago, {self.restarts[i]} restart(s), {self.hung[i]} killed as hung"
+            f"worker {spec.actor_id}: {self.workers.state(i)}, last sign of life "
+            f"{self.silent[i]:.0f} s ago, {self.restarts[i]} restart(s), {self.hung[i]} "
+            "killed as hung"
             for i, spec in enumerate(self.specs)
         )
 
     def close(self, timeout: float = 10.0) -> None:
         ray = self._ray
-        for handle in self.handles:
+        for handle in self.workers.handles:
             if handle is not None:
                 handle.stop.remote()
         runs = [r for r in self.runs if r is not None]
         if runs:
             ray.wait(runs, num_returns=len(runs), timeout=timeout)
-        for _index, handle in enumerate(self.handles):
-            if handle is None:
-                continue
-            with contextlib.suppress(Exception):
-                self._leftover += ray.get(handle.drain.remote(), timeout=5.0)[0]
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
+        for handle in self.workers.handles:
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    self._leftover += ray.get(handle.drain.remote(), timeout=5.0)[0]
+        self.workers.close()
+        self._drains = [None] * len(self._drains)
+        self._server_watch.forget()
         self._closed = True
 
     def shutdown(self) -> None:
@@ -338,7 +284,6 @@ class RayWorkerFleet:
             self._ray.kill(self.server.handle, no_restart=True)
         # why: no Ray object may outlive `ray.shutdown()` (see RayFleet.close).
         self.server.handle = None
-        self.handles = [None] * len(self.handles)
         self.runs = [None] * len(self.runs)
         if self.owns_ray:
             self._ray.shutdown()
