@@ -10,7 +10,11 @@ from typing import Any
 from gazelle.config import Config, ConfigError
 
 #: `--algo` name -> module with `train(config, on_progress=None) -> TrainResult`.
-ALGORITHMS = {"impala": "gazelle.algorithms.impala", "a3c": "gazelle.algorithms.a3c"}
+ALGORITHMS = {
+    "impala": "gazelle.algorithms.impala",
+    "a3c": "gazelle.algorithms.a3c",
+    "appo": "gazelle.algorithms.appo",
+}
 
 
 def train(config: Config, on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:

@@ -86,15 +86,17 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
                 agent=agent,
                 device=device,
                 learner=make_learner(config, agent, device),
-                unroll_length=int(config.impala.unroll_length or 1),
-                batch_size=int(config.impala.batch_size or 1),
+                unroll_length=int(config.algorithm.unroll_length or 1),
+                batch_size=int(config.algorithm.batch_size or 1),
             )
             env = env_rate(found.levels[0], env_kwargs(config), MEASURE_S)
             inference = inference_rate(run, int(config.actors.envs_per_actor or 1), MEASURE_S)
             learner = learner_rate(run, MEASURE_S)
     finally:
         torch.set_num_threads(threads)
-    return StepCosts(1.0 / env, 1.0 / inference, 1.0 / learner)
+    # why: APPO trains on each sample `epochs` times (its minibatches split the same work).
+    epochs = int(getattr(config.algorithm, "epochs", None) or 1)
+    return StepCosts(1.0 / env, 1.0 / inference, epochs / learner)
 
 
 def choose_num_actors(
@@ -103,10 +105,11 @@ def choose_num_actors(
     """`--num-actors` for a resolved config that left it unset, and a log line saying why."""
     cores = cores or os.cpu_count() or 1
     levels = len(found.levels)
-    measured = config.algo == "impala" and config.actors.backend == "local" and device.type == "cpu"
+    learns = config.algo in ("impala", "appo")
+    measured = learns and config.actors.backend == "local" and device.type == "cpu"
     if not measured:
         n = default_num_actors(levels, cores)
-        why = "every core but the learner's" if config.algo == "impala" else "cores - 1, at least 2"
+        why = "every core but the learner's" if learns else "cores - 1, at least 2"
         return n, f"gazelle: layout: {n} actor{'s' if n > 1 else ''} ({why}, {cores} cores)"
     costs = measure_costs(config, found, device)
     n = actors_for(costs, cores, levels)

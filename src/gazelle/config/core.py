@@ -26,6 +26,7 @@ from gazelle.config.sections import (
     COMMON_SECTIONS,
     A3CConfig,
     ActorConfig,
+    AppoConfig,
     EnvConfig,
     ImpalaConfig,
     ModelConfig,
@@ -46,9 +47,13 @@ class FlatField:
 
 
 def _field_docs(cls: type) -> dict[str, str]:
-    """Field name -> its docstring (the string literal right after it in the class body)."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    """Field name -> its docstring (the string literal right after it in the class body;
+    a subclass' own fields over those it inherits)."""
     docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            docs.update(_field_docs(base))
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
     for node, after in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
@@ -102,13 +107,14 @@ class Config:
     """Everything a training run needs; see the module docstring."""
 
     algo: str = "impala"
-    """The algorithm that runs: impala | a3c."""
+    """The algorithm that runs: impala | a3c | appo."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     actors: ActorConfig = field(default_factory=ActorConfig)
     run: RunConfig = field(default_factory=RunConfig)
     impala: ImpalaConfig = field(default_factory=ImpalaConfig)
     a3c: A3CConfig = field(default_factory=A3CConfig)
+    appo: AppoConfig = field(default_factory=AppoConfig)
 
     @property
     def algorithm(self) -> Any:

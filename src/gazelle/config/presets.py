@@ -70,6 +70,20 @@ IMPALA_PRESETS["gazelle"]["atari"].update(
     total_frames=50_000_000, use_lstm=False,
 )  # fmt: skip
 PRESET_NAMES = tuple(IMPALA_PRESETS)
+for _families in IMPALA_PRESETS.values():
+    for _values in _families.values():
+        _values.setdefault("vtrace_lambda", 1.0)  # the seed's V-trace
+
+#: APPO: the IMPALA preset of the same family and name, then these. Several passes per
+#: batch (epochs x minibatches optimiser steps), PPO's clip on the ratio to the actors'
+#: policy, advantages normalised per minibatch (so the entropy weight is PPO's 0.01) and
+#: V-trace's lambda 0.95 (GAE's usual value) for lower-variance targets.
+APPO_PRESETS: dict[str, dict[str, Any]] = {
+    family: dict(epochs=2, minibatches=2, clip_ratio=0.1, normalize_advantages=True,
+                 vtrace_lambda=0.95, entropy_cost=0.01, learning_rate=0.0003,
+                 optimizer="adam", epsilon=1e-8)
+    for family in ("vector", "atari", "dmlab", "image")
+}  # fmt: skip
 
 #: A3C presets: env family -> flat name -> value (the seed's Atari settings for Atari).
 A3C_PRESETS: dict[str, dict[str, Any]] = {
@@ -119,13 +133,15 @@ def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
     family = env_family(env)
     frame_is_image = env.obs_spec.is_image
     defaults: dict[str, Any] = {"sticky_actions": False, "life_loss": False}
-    if config.algo == "impala":
-        preset = config.impala.preset
+    if config.algo in ("impala", "appo"):
+        preset = config.algorithm.preset
         if preset not in IMPALA_PRESETS:
             from gazelle.config.errors import ConfigError
 
             raise ConfigError("preset", preset, " | ".join(PRESET_NAMES))
         defaults.update(IMPALA_PRESETS[preset][family])
+        if config.algo == "appo":
+            defaults.update(APPO_PRESETS[family])
     elif config.algo == "a3c":
         defaults.update(A3C_PRESETS[family])
     defaults.update(env.env_defaults)

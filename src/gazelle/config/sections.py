@@ -183,6 +183,27 @@ class ImpalaConfig:
     """Clip the global gradient norm; None for no clipping (the seed does not clip)."""
     max_policy_lag: int | None = None
     """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
+    vtrace_lambda: float | None = None
+    """V-trace's lambda (c_t = lambda * min(1, rho_t), the paper's Remark 2): 1 is the seed's;
+    lower trades the targets' variance for bias; unset: the preset's."""
+
+
+@dataclass(frozen=True)
+class AppoConfig(ImpalaConfig):
+    """APPO: IMPALA's actors and V-trace targets, with PPO's clipped surrogate and several
+    passes over each batch (`epochs` x `minibatches` optimiser steps per batch)."""
+
+    epochs: int | None = None
+    """Passes over each batch; unset: the preset's."""
+    minibatches: int | None = None
+    """Optimiser steps per pass, each on a disjoint share of the batch's unrolls (divides
+    --batch-size); unset: the preset's."""
+    clip_ratio: float | None = None
+    """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
+    [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
+    normalize_advantages: bool | None = None
+    """Scale each minibatch's advantages to mean 0, std 1 (PPO's practice); unset: the
+    preset's."""
 
 
 @dataclass(frozen=True)
@@ -224,4 +245,8 @@ COMMON_SECTIONS: dict[str, type] = {
     "run": RunConfig,
 }
 #: One section per algorithm, by `--algo` name.
-ALGORITHM_SECTIONS: dict[str, type] = {"impala": ImpalaConfig, "a3c": A3CConfig}
+ALGORITHM_SECTIONS: dict[str, type] = {
+    "impala": ImpalaConfig,
+    "a3c": A3CConfig,
+    "appo": AppoConfig,
+}

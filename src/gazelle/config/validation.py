@@ -93,8 +93,10 @@ def validate(config: Config) -> Config:
     ):
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
     check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
-    if config.algo == "impala":
+    if config.algo in ("impala", "appo"):
         _validate_impala(check)
+    if config.algo == "appo":
+        _validate_appo(config, check)
     elif config.algo == "a3c":
         _validate_a3c(check)
     return config
@@ -123,6 +125,17 @@ def _validate_a3c(check: _Checks) -> None:
         check.in_range(name, 0.0, 1e6)
 
 
+def _validate_appo(config: Any, check: _Checks) -> None:
+    for name in ("epochs", "minibatches"):
+        check.positive(name, allow_none=True)
+    check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
+    batch, parts = config.appo.batch_size, config.appo.minibatches
+    if batch is not None and parts is not None and batch % parts:
+        raise ConfigError(
+            "minibatches", parts, f"a divisor of --batch-size ({batch} unrolls per batch)"
+        )
+
+
 def _validate_impala(check: _Checks) -> None:
     from gazelle.config.presets import PRESET_NAMES
 
@@ -137,3 +150,4 @@ def _validate_impala(check: _Checks) -> None:
         check.in_range(name, 0.0, 1.0)
     check.in_range("baseline_cost", 0.0, 1e6)
     check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)
+    check.in_range("vtrace_lambda", 0.0, 1.0, allow_none=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,11 +52,11 @@ class ImpalaRun:
     # The resolved numbers every loop needs (never None after `resolve`).
     @property
     def batch_size(self) -> int:
-        return int(self.config.impala.batch_size or 0)
+        return int(self.config.algorithm.batch_size or 0)
 
     @property
     def unroll_length(self) -> int:
-        return int(self.config.impala.unroll_length or 0)
+        return int(self.config.algorithm.unroll_length or 0)
 
     @property
     def total_frames(self) -> int:
@@ -63,17 +64,50 @@ class ImpalaRun:
 
     @property
     def learning_rate(self) -> float:
-        return float(self.config.impala.learning_rate or 0.0)
+        return float(self.config.algorithm.learning_rate or 0.0)
+
+    @property
+    def passes(self) -> tuple[int, int]:
+        """`(epochs, minibatches)`: optimiser steps per batch (APPO; IMPALA: one step)."""
+        section = self.config.algorithm
+        return int(getattr(section, "epochs", None) or 1), int(
+            getattr(section, "minibatches", None) or 1
+        )
+
+
+#: Makes the loss of a resolved config (the algorithm's choice; IMPALA: V-trace's).
+MakeLoss = Callable[[Config], LossFn]
+
+
+def loss_settings(config: Config) -> LossSettings:
+    """The V-trace loss settings of a resolved IMPALA or APPO config."""
+    section = config.algorithm
+    assert section.entropy_cost is not None and section.vtrace_lambda is not None
+    return LossSettings(
+        section.discounting,
+        section.baseline_cost,
+        section.entropy_cost,
+        section.reward_clipping,
+        section.vtrace_lambda,
+    )
+
+
+def vtrace_loss(config: Config) -> LossFn:
+    """IMPALA's V-trace actor-critic loss with the config's settings."""
+    return functools.partial(impala_loss, settings=loss_settings(config))
 
 
 def make_learner(
-    config: Config, agent: torch.nn.Module, device: torch.device, loss_fn: LossFn | None = None
+    config: Config,
+    agent: torch.nn.Module,
+    device: torch.device,
+    loss_fn: LossFn | None = None,
+    make_loss: MakeLoss = vtrace_loss,
 ) -> Learner:
-    """The optimiser and the learner with IMPALA's V-trace loss (or `loss_fn`), from a
-    resolved config."""
-    impala = config.impala
+    """The optimiser and the learner with `make_loss(config)` (IMPALA's V-trace loss) or
+    `loss_fn`, from a resolved config."""
+    impala = config.algorithm
     assert impala.optimizer and impala.learning_rate and impala.epsilon is not None
-    assert impala.entropy_cost is not None
     optimizer = make_optimizer(
         impala.optimizer,
         agent.parameters(),
@@ -82,16 +116,13 @@ def make_learner(
         momentum=impala.momentum,
         eps=impala.epsilon,
     )
-    settings = LossSettings(
-        impala.discounting, impala.baseline_cost, impala.entropy_cost, impala.reward_clipping
-    )
-    loss_fn = loss_fn or functools.partial(impala_loss, settings=settings)
+    loss_fn = loss_fn or make_loss(config)
     return Learner(agent, optimizer, loss_fn, device, config.run.precision, impala.grad_norm_clip)
 
 
 def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     """One spec per actor, levels dealt round-robin as in the seed."""
-    actors, impala = config.actors, config.impala
+    actors, impala = config.actors, config.algorithm
     assert actors.num_actors and actors.envs_per_actor and impala.unroll_length
     levels = found.levels
     # why: with one actor, only the timing of its weight pulls differs between two runs of
@@ -121,26 +152,29 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     ]
 
 
-def build(config: Config, loss_fn: LossFn | None = None) -> ImpalaRun:
-    """Everything an IMPALA run needs; actors are built but not started.
+def build(
+    config: Config, loss_fn: LossFn | None = None, make_loss: MakeLoss = vtrace_loss
+) -> ImpalaRun:
+    """Everything an IMPALA (or APPO) run needs; actors are built but not started.
 
     `loss_fn` replaces the V-trace loss (the algorithm seam: any `(agent, batch) -> (loss,
-    metrics)` trains through the same actors, batches, optimiser, logs and checkpoints)."""
-    if config.algo != "impala":
-        raise ConfigError("algo", config.algo, "impala (this is IMPALA's builder)")
+    metrics)` trains through the same actors, batches, optimiser, logs and checkpoints);
+    `make_loss` makes it from the resolved config (APPO's clipped surrogate)."""
+    if config.algo not in ("impala", "appo"):
+        raise ConfigError("algo", config.algo, "impala | appo (this is IMPALA's builder)")
     config, found, device = prepare(config)
-    assert config.impala.batch_size and config.actors.envs_per_actor
+    assert config.algorithm.batch_size and config.actors.envs_per_actor
     assert config.run.total_frames
     keep_freed_memory()  # why: the learner reallocates its big activations every step
     learner_threads(config, device)
     model = config.model
     assert model.use_lstm is not None  # resolved from the preset
     agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init).to(device)
-    learner = make_learner(config, agent, device, loss_fn)
+    learner = make_learner(config, agent, device, loss_fn, make_loss)
     request = BackendRequest(
         actors=actor_specs(config, found),
         slots_per_actor=config.actors.envs_per_actor * config.actors.slots_per_env,
-        batch_size=config.impala.batch_size,
+        batch_size=config.algorithm.batch_size,
         agent=agent,
         device=device,
         inference=config.actors.inference,

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gazelle.algorithms.impala.build import ImpalaRun, build
+from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
 from gazelle.algorithms.impala.report import (
     NonFiniteError,
     console_extras,
@@ -52,7 +52,11 @@ def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | Non
         return batch
     if not bool(keep.any()):
         return None
-    index = keep.nonzero().squeeze(1)
+    return select_unrolls(batch, keep.nonzero().squeeze(1))
+
+
+def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The unrolls `index` (`[b]` integers) of a batch, every field."""
     out = {}
     for name, value in batch.items():
         # why: time-major fields keep B in dim 1; per-unroll fields (state, meta) in dim 0.
@@ -61,18 +65,45 @@ def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | Non
     return out
 
 
+def train_on_batch(
+    run: ImpalaRun, batch: dict[str, torch.Tensor], learning_rate: float
+) -> dict[str, Any]:
+    """The learner's steps on one batch: one (IMPALA), or `epochs` passes of `minibatches`
+    steps each on disjoint random shares of its unrolls (APPO). Metrics: the mean over the
+    steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value."""
+    epochs, minibatches = run.passes
+    if epochs == 1 and minibatches == 1:
+        return run.learner.step(batch, learning_rate)
+    size = int(batch["policy_version"].numel())
+    steps: list[dict[str, Any]] = []
+    for _ in range(epochs):
+        # why: the learner's global RNG (seeded by the run) deals the shares, so a seeded
+        # run deals them the same way again.
+        order = torch.randperm(size)
+        for share in order.chunk(minibatches):
+            steps.append(run.learner.step(select_unrolls(batch, share), learning_rate))
+    merged: dict[str, Any] = {}
+    for name in steps[0]:
+        values = [step[name] for step in steps if name in step]
+        merged[name] = sum(values) / len(values)
+    merged["learner/skipped"] = float(any(step["learner/skipped"] for step in steps))
+    return merged
+
+
 def train(
     config: Config,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     *,
     loss_fn: LossFn | None = None,
+    make_loss: MakeLoss = vtrace_loss,
 ) -> TrainResult:
-    """Train IMPALA with `config`; resumes from its logdir's checkpoint if there is one.
+    """Train IMPALA (or APPO) with `config`; resumes from its logdir's checkpoint if there
+    is one.
 
-    `on_progress` gets a dict at every log interval; `loss_fn` replaces the V-trace loss
-    (see `build`)."""
+    `on_progress` gets a dict at every log interval; `loss_fn` replaces the V-trace loss,
+    `make_loss` makes the loss from the resolved config (see `build`)."""
     check_wandb(config)
-    run = build(config, loss_fn)
+    run = build(config, loss_fn, make_loss)
     cfg = run.config
     logdir = Path(cfg.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
@@ -182,7 +213,7 @@ def _loop(
         t1 = time.perf_counter()
         timings.add("learner_wait", t1 - t0)
         lag = state.updates - batch["policy_version"]
-        kept = _drop_stale(batch, state.updates, cfg.impala.max_policy_lag)
+        kept = _drop_stale(batch, state.updates, cfg.algorithm.max_policy_lag)
         state.stale_unrolls += int(lag.numel()) - (
             0 if kept is None else int(kept["policy_version"].numel())
         )
@@ -190,7 +221,7 @@ def _loop(
         if kept is None:
             continue
         lr = polynomial_decay(run.learning_rate, state.frames, run.total_frames)
-        metrics = run.learner.step(kept, lr)
+        metrics = train_on_batch(run, kept, lr)
         state.frames += frames_per_unroll * int(kept["policy_version"].numel())
         if metrics["learner/skipped"]:
             report_nonfinite(run, state.frames)

@@ -1,6 +1,6 @@
 """IMPALA's loss on one batch of unrolls: V-trace targets, then the actor-critic terms (the
 seed's `build_learner`). The maths is in `gazelle.losses`; this module pairs the batch's
-fields as the seed does."""
+fields as the seed does (`learner_view`), which APPO's loss shares."""
 
 from __future__ import annotations
 
@@ -21,20 +21,39 @@ class LossSettings:
     baseline_cost: float
     entropy_cost: float
     reward_clipping: str
+    vtrace_lambda: float = 1.0
 
 
-def impala_loss(
-    agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The V-trace actor-critic loss of a `[T+1, B]` batch of unrolls (summed, as the seed).
+@dataclass(frozen=True)
+class LearnerView:
+    """A batch as the loss sees it after the shift by one: every field `[T, B]` (logits
+    `[T, B, A]`), step t pairing the learner's outputs on x_t with what followed it."""
 
-    Args:
-        agent: `gazelle.models.Agent` (its `unroll` gives logits and baselines `[T+1, B]`).
-        batch: the unroll fields (`frame`, `action`, `reward`, `terminated`, `truncated`,
-            `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
-            `[B, H]` with a core), time-major.
-        settings: discount, loss weights and reward clipping.
-    """
+    target_logits: torch.Tensor  # the learner's policy on x_t (gradients flow)
+    values: torch.Tensor  # the learner's V(x_t) (gradients flow)
+    bootstrap_value: torch.Tensor  # V(x_T), `[B]`
+    actions: torch.Tensor  # a_t, taken by the actors
+    behaviour_logits: torch.Tensor  # the actors' policy on x_t
+    rewards: torch.Tensor  # r_t, clipped, plus the bootstrap of a cut episode
+    discounts: torch.Tensor  # gamma, 0 where the episode ended after step t
+
+    def vtrace(self, lambda_: float = 1.0) -> vtrace.VTraceFromLogitsReturns:
+        """V-trace targets of these steps (no gradient: targets are constants)."""
+        with torch.no_grad():
+            return vtrace.from_logits(
+                behaviour_policy_logits=self.behaviour_logits,
+                target_policy_logits=self.target_logits,
+                actions=self.actions,
+                discounts=self.discounts,
+                rewards=self.rewards,
+                values=self.values,
+                bootstrap_value=self.bootstrap_value,
+                lambda_=lambda_,
+            )
+
+
+def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:
+    """Unroll the learner's agent over a `[T+1, B]` batch; pair the fields (`impala_loss`)."""
     obs = {"frame": batch["frame"]}
     if INSTRUCTION in batch:
         obs[INSTRUCTION] = batch[INSTRUCTION]
@@ -47,30 +66,40 @@ def impala_loss(
     # why: the env outputs at t are the inputs that led to the learner outputs at t. After
     # the shift by one, the behaviour action/logits at t are what led to the env output
     # (reward, end of episode) at t+1, and the learner's value at t is V(x_t).
-    bootstrap_value = baseline[-1]
-    actions = batch["action"][1:]
-    behaviour_logits = batch["policy_logits"][1:]
     rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
     terminated, truncated = batch["terminated"][1:], batch["truncated"][1:]
     # A cut episode is bootstrapped from V(its last obs), computed by the actor when the cut
     # happened; a terminated one is not. Neither carries value across the episode boundary.
     rewards = rewards + settings.discounting * truncated.float() * batch["truncation_value"][1:]
-    discounts = (~(terminated | truncated)).float() * settings.discounting
-
-    vtrace_returns = vtrace.from_logits(
-        behaviour_policy_logits=behaviour_logits,
-        target_policy_logits=logits[:-1],
-        actions=actions,
-        discounts=discounts,
-        rewards=rewards,
-        values=baseline[:-1],
-        bootstrap_value=bootstrap_value,
-    )
-    return actor_critic.impala_loss(
+    return LearnerView(
         target_logits=logits[:-1],
-        actions=actions,
-        vtrace_returns=vtrace_returns,
         values=baseline[:-1],
+        bootstrap_value=baseline[-1],
+        actions=batch["action"][1:],
+        behaviour_logits=batch["policy_logits"][1:],
+        rewards=rewards,
+        discounts=(~(terminated | truncated)).float() * settings.discounting,
+    )
+
+
+def impala_loss(
+    agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The V-trace actor-critic loss of a `[T+1, B]` batch of unrolls (summed, as the seed).
+
+    Args:
+        agent: `gazelle.models.Agent` (its `unroll` gives logits and baselines `[T+1, B]`).
+        batch: the unroll fields (`frame`, `action`, `reward`, `terminated`, `truncated`,
+            `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
+            `[B, H]` with a core), time-major.
+        settings: discount, loss weights, reward clipping and V-trace's lambda.
+    """
+    view = learner_view(agent, batch, settings)
+    return actor_critic.impala_loss(
+        target_logits=view.target_logits,
+        actions=view.actions,
+        vtrace_returns=view.vtrace(settings.vtrace_lambda),
+        values=view.values,
         baseline_cost=settings.baseline_cost,
         entropy_cost=settings.entropy_cost,
     )

@@ -96,11 +96,19 @@ def describe(run: ImpalaRun) -> str:
     atari = ""
     if run.probe.kind == "atari":
         atari = f" sticky_actions={env.sticky_actions} life_loss={env.life_loss}"
+    epochs, minibatches = run.passes
+    appo = ""
+    if cfg.algo == "appo":
+        section = cfg.algorithm
+        appo = (
+            f"epochs={epochs} minibatches={minibatches} clip={section.clip_ratio:g} "
+            f"lambda={section.vtrace_lambda:g} "
+        )
     return (
-        f"gazelle: impala on {env.id}{atari}: model={cfg.model.torso} "
+        f"gazelle: {cfg.algo} on {env.id}{atari}: model={cfg.model.torso} "
         f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
         f"inference={cfg.actors.inference} device={run.device} B={run.batch_size} "
-        f"T={run.unroll_length} optimizer={cfg.impala.optimizer} lr={run.learning_rate:g} "
-        f"eps={cfg.impala.epsilon:g} entropy={cfg.impala.entropy_cost:g} "
-        f"preset={cfg.impala.preset} total_frames={run.total_frames:,}"
+        f"T={run.unroll_length} optimizer={cfg.algorithm.optimizer} lr={run.learning_rate:g} "
+        f"eps={cfg.algorithm.epsilon:g} entropy={cfg.algorithm.entropy_cost:g} {appo}"
+        f"preset={cfg.algorithm.preset} total_frames={run.total_frames:,}"
     )

@@ -1,0 +1,73 @@
+"""APPO's loss on one minibatch of unrolls: V-trace targets from the learner's current
+values (as IMPALA), PPO's clipped surrogate on the ratio to the actors' policy, and the
+baseline and entropy terms (summed, as every loss of gazelle).
+
+Per step t (after IMPALA's shift by one, `impala.loss.learner_view`):
+
+    v_s          V-trace target of V(x_s), with lambda (`vtrace_lambda`)
+    A_t        = r_t + gamma_t * v_{t+1} - V(x_t)          (v_T is the bootstrap V(x_T))
+    A_t       <- (A_t - mean A) / (std A + 1e-8)          (with `normalize_advantages`)
+    policy     = sum_t -min(r_t A_t, clip(r_t, 1 - c, 1 + c) A_t),  r_t = pi(a_t|x_t) / mu(a_t|x_t)
+    baseline   = 0.5 * sum_t (v_t - V(x_t))^2
+    loss       = policy + baseline_cost * baseline + entropy_cost * sum_t sum_a p log p
+
+The advantage is IMPALA's `pg_advantages` without V-trace's clipped rho in front: the ratio
+is in the surrogate, where the clip bounds it (a V-trace advantage already weighed by
+min(1, rho) would count the correction twice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gazelle.algorithms.impala.loss import LossSettings, learner_view
+from gazelle.losses import actor_critic
+from gazelle.losses.ppo import clipped_surrogate_loss
+
+
+@dataclass(frozen=True)
+class AppoSettings:
+    """APPO's loss hyperparameters: IMPALA's, plus the clip and the normalisation."""
+
+    impala: LossSettings
+    clip_ratio: float
+    normalize_advantages: bool
+
+
+def appo_loss(
+    agent: Any, batch: dict[str, torch.Tensor], settings: AppoSettings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The clipped-surrogate V-trace loss of a `[T+1, B]` batch (see the module docstring).
+
+    Args:
+        agent: `gazelle.models.Agent`.
+        batch: the unroll fields, time-major, as IMPALA's loss takes them.
+        settings: IMPALA's loss settings, the clip and whether to normalise advantages.
+    """
+    view = learner_view(agent, batch, settings.impala)
+    targets = view.vtrace(settings.impala.vtrace_lambda)
+    with torch.no_grad():
+        # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
+        next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)
+        advantages = view.rewards + view.discounts * next_vs - view.values
+        raw_mean = advantages.mean()
+        if settings.normalize_advantages:
+            advantages = (advantages - raw_mean) / (advantages.std() + 1e-8)
+    policy, policy_metrics = clipped_surrogate_loss(
+        view.target_logits, view.behaviour_logits, view.actions, advantages,
+        settings.clip_ratio,
+    )  # fmt: skip
+    baseline, baseline_metrics = actor_critic.baseline_loss(targets.vs - view.values)
+    entropy, entropy_metrics = actor_critic.entropy_loss(view.target_logits)
+    impala = settings.impala
+    total = policy + impala.baseline_cost * baseline + impala.entropy_cost * entropy
+    metrics = {
+        **policy_metrics, **baseline_metrics, **entropy_metrics,
+        "losses/total": total.detach(),
+        "appo/advantage_mean": raw_mean,
+        "vtrace/kl_behaviour_target": (-targets.log_rhos).mean(),
+    }  # fmt: skip
+    return total, metrics
