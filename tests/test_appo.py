@@ -1,0 +1,130 @@
+"""APPO: its loss against IMPALA's where they must agree (on-policy, nothing clipped, no
+normalisation, lambda 1: the same gradient), the advantages it normalises against targets
+written out step by step, the passes over a batch, and its config."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gazelle.algorithms.appo.loss import AppoSettings, appo_loss
+from gazelle.algorithms.impala.loop import train_on_batch
+from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.config import Config, ConfigError, validate
+from gazelle.models import Agent
+from test_learner import SPEC, make_batch, reference_targets
+
+GAMMA = 0.9
+
+
+def grads(agent, loss_fn, batch):
+    agent.zero_grad()
+    loss, metrics = loss_fn(agent, batch)
+    loss.backward()
+    return [p.grad.clone() for p in agent.parameters()], metrics
+
+
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_on_policy_without_clip_or_normalisation_its_gradient_is_impalas(use_lstm):
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=use_lstm)
+    batch, _ = make_batch(agent, seed=1, terminated_at=[(3, 0)], truncated_at=[(4, 2)])
+    settings = LossSettings(GAMMA, 0.5, 0.01, "none", vtrace_lambda=1.0)
+    appo = functools.partial(
+        appo_loss, settings=AppoSettings(settings, clip_ratio=1e6, normalize_advantages=False)
+    )
+    expected, _ = grads(agent, functools.partial(impala_loss, settings=settings), batch)
+    got, metrics = grads(agent, appo, batch)
+    for want, have in zip(expected, got):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-6)
+    assert float(metrics["ppo/clip_fraction"]) == 0.0
+    assert float(metrics["ppo/ratio_mean"]) == pytest.approx(1.0)
+
+
+def test_normalised_advantages_are_the_step_by_step_targets_scaled():
+    """The policy term's gradient in the logits is -A_norm * grad log pi, where A_norm
+    normalises r_t + gamma v_{t+1} - V(x_t) built from targets written out by hand."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, out = make_batch(agent, seed=2, terminated_at=[(2, 1)])
+    settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 1.0), 1e6, True)
+    values = out.baseline.detach().numpy()
+    vs = torch.tensor(reference_targets(batch, values, GAMMA), dtype=torch.float32)
+    T = vs.shape[0]
+    rewards = batch["reward"][1:]
+    discounts = GAMMA * (~(batch["terminated"][1:] | batch["truncated"][1:])).float()
+    next_vs = torch.cat([vs[1:], out.baseline[T].detach().unsqueeze(0)])
+    advantages = rewards + discounts * next_vs - out.baseline[:T].detach()
+    normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    logits = out.policy_logits[:T].detach().clone().requires_grad_(True)
+    from gazelle.losses.actor_critic import policy_gradient_loss
+
+    pg, _ = policy_gradient_loss(logits, batch["action"][1:], normalised)
+    (want,) = torch.autograd.grad(pg, logits)
+
+    captured = {}
+    real_unroll = agent.unroll
+
+    def unroll(*args, **kwargs):
+        result, state = real_unroll(*args, **kwargs)
+        result.policy_logits.retain_grad()
+        captured["logits"] = result.policy_logits
+        return result, state
+
+    agent.unroll = unroll
+    loss, metrics = appo_loss(agent, batch, settings)
+    loss.backward()
+    torch.testing.assert_close(captured["logits"].grad[:T], want, rtol=1e-4, atol=1e-6)
+    assert float(metrics["appo/advantage_mean"]) == pytest.approx(float(advantages.mean()), 1e-4)
+
+
+class CountingLearner:
+    def __init__(self) -> None:
+        self.seen: list[list[int]] = []
+
+    def step(self, batch, learning_rate):
+        self.seen.append(sorted(int(i) for i in batch["actor_id"]))
+        return {"losses/total": torch.tensor(float(len(self.seen))), "learner/skipped": 0.0}
+
+
+def test_each_epoch_steps_once_on_each_of_its_disjoint_shares_of_the_batch():
+    learner = CountingLearner()
+    run = SimpleNamespace(passes=(3, 2), learner=learner)
+    batch = {
+        "actor_id": torch.arange(8, dtype=torch.int32),
+        "policy_version": torch.zeros(8, dtype=torch.int64),
+        "frame": torch.zeros(5, 8, 2),
+    }
+    metrics = train_on_batch(run, batch, 0.001)
+    assert len(learner.seen) == 6  # epochs x minibatches optimiser steps
+    for epoch in range(3):
+        first, second = learner.seen[2 * epoch], learner.seen[2 * epoch + 1]
+        assert len(first) == len(second) == 4 and sorted(first + second) == list(range(8))
+    assert float(metrics["losses/total"]) == pytest.approx(3.5)  # the mean over the steps
+    assert metrics["learner/skipped"] == 0.0
+
+
+def test_one_pass_is_one_learner_step_on_the_whole_batch():
+    learner = CountingLearner()
+    batch = {"actor_id": torch.arange(4), "policy_version": torch.zeros(4, dtype=torch.int64)}
+    train_on_batch(SimpleNamespace(passes=(1, 1), learner=learner), batch, 0.001)
+    assert learner.seen == [[0, 1, 2, 3]]
+
+
+def test_appo_config_resolves_from_its_preset_and_checks_the_minibatches():
+    from gazelle.algorithms.common import prepare
+
+    config, _, _ = prepare(Config.of(algo="appo", env="CartPole-v1", num_actors=1))
+    appo = config.appo
+    assert (appo.epochs, appo.minibatches, appo.clip_ratio) == (2, 2, 0.1)
+    assert appo.normalize_advantages is True and appo.vtrace_lambda == 0.95
+    impala, _, _ = prepare(Config.of(env="CartPole-v1", num_actors=1))
+    assert impala.impala.vtrace_lambda == 1.0  # the seed's V-trace stays IMPALA's
+    with pytest.raises(ConfigError, match=r"--minibatches: invalid value 3; allowed: a divisor"):
+        validate(Config.of(algo="appo", env="CartPole-v1", batch_size=8, minibatches=3))
+    with pytest.raises(ConfigError, match="not a setting of --algo impala"):
+        Config.of(env="CartPole-v1", epochs=2)
