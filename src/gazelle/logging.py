@@ -194,6 +194,7 @@ class RunLogger:
 
         The row has ``frames``, ``fps``, ``time`` (seconds of training), ``wall_time``
         (Unix time), ``episode_return`` (recent mean, None before the first episode),
+        ``episode_window`` (the episodes that mean is over: up to ``RETURN_WINDOW``),
         ``episode_return/<level>`` per level, then ``extra``. NaN/inf are written as null.
         """
         row: dict[str, Any] = {
@@ -202,6 +203,7 @@ class RunLogger:
             "time": round(self.elapsed(), 3),
             "wall_time": round(time.time(), 3),
             "episode_return": self.recent_return(),
+            "episode_window": len(self._returns),
         }
         for level in self._level_returns:
             row[f"episode_return/{level}"] = self.recent_return(level)

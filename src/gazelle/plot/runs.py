@@ -200,8 +200,11 @@ def group_seeds(runs: Sequence[Run]) -> list[Group]:
     return groups
 
 
-def aggregate(series: Sequence[Series]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, min and max of several seeds' curves, ``(grid, mean, low, high)`` float64 ``[G]``.
+def aggregate(
+    series: Sequence[Series], center: str = "mean"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Mean (or median: ``center``), min and max of several seeds' curves, ``(grid, center,
+    low, high)`` float64 ``[G]``.
 
     Each curve is linearly interpolated onto ``grid``: every x of any curve inside the span
     that all curves cover, so no seed is extrapolated. The grid is empty when the spans do
@@ -215,4 +218,5 @@ def aggregate(series: Sequence[Series]) -> tuple[np.ndarray, np.ndarray, np.ndar
     grid = np.unique(np.concatenate([xs for xs, _ in series]))
     grid = grid[(grid >= lo) & (grid <= hi)]
     stacked = np.stack([np.interp(grid, xs, ys) for xs, ys in series])  # [seeds, G]
-    return grid, stacked.mean(axis=0), stacked.min(axis=0), stacked.max(axis=0)
+    middle = np.median(stacked, axis=0) if center == "median" else stacked.mean(axis=0)
+    return grid, middle, stacked.min(axis=0), stacked.max(axis=0)

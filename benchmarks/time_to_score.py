@@ -1,0 +1,234 @@
+"""Time to score: run one training command for several seeds, back to back on this machine,
+each until its recent mean return reaches a threshold or a wall/frame budget runs out, and
+report when each seed first got there, in minutes from launch and in env frames.
+
+    python benchmarks/time_to_score.py --out /work/runs/tts/pong --seeds 1 2 3 \\
+        --threshold 18 --max-minutes 40 -- gazelle train --env PongNoFrameskip-v4
+
+The command gets `--seed S --logdir OUT/seed-S` appended (so it must not set them). A seed
+counts as having reached the threshold at the first progress row whose `episode_return`
+(the mean of the last `--window` episodes, `gazelle.logging`) is >= the threshold with the
+window full; the run is then stopped with SIGINT (it saves its checkpoint and exits), as it
+is when the budget runs out. Minutes count from the command's launch, so start-up (env
+probe, the layout measurement) is part of the time, as a user waits for it.
+
+Writes OUT/report.md (per seed and median/min/max), OUT/report.json and OUT/curves.png
+(return against frames and against minutes: median of the seeds with a min-max band).
+`--report` only reads what OUT/seed-* already hold (e.g. to redraw after a change).
+Nothing else should run on the machine meanwhile: the minutes are wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LAUNCH_FILE = "launch.json"
+
+
+def rows_of(logdir: Path) -> list[dict[str, Any]]:
+    path = logdir / "progress.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn last line of a run still writing
+    return rows
+
+
+def first_at(
+    rows: list[dict[str, Any]], threshold: float, window: int, launched: float
+) -> dict[str, float] | None:
+    """The first row at or above `threshold` with a full window: frames and minutes."""
+    for row in rows:
+        value, count = row.get("episode_return"), row.get("episode_window", window)
+        if value is not None and value >= threshold and count >= window:
+            return {"frames": row["frames"], "minutes": (row["wall_time"] - launched) / 60.0}
+    return None
+
+
+def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespace) -> None:
+    """Launch one seed and stop it at the threshold or the budget."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    full = [*command, "--seed", str(seed), "--logdir", str(logdir)]
+    launched = time.time()
+    (logdir / LAUNCH_FILE).write_text(json.dumps({"launched": launched, "command": full}))
+    with open(logdir / "console.log", "wb") as console:
+        process = subprocess.Popen(full, stdout=console, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+        reason = "the command ended"
+        while process.poll() is None:
+            time.sleep(args.poll_s)
+            rows = rows_of(logdir)
+            minutes = (time.time() - launched) / 60.0
+            frames = rows[-1]["frames"] if rows else 0
+            if first_at(rows, args.threshold, args.window, launched):
+                reason = "reached the threshold"
+            elif minutes >= args.max_minutes:
+                reason = f"{args.max_minutes:g} minutes"
+            elif frames >= args.max_frames:
+                reason = f"{args.max_frames:,.0f} frames"
+            else:
+                continue
+            # why: SIGINT to the whole group, as Ctrl-C would: the run saves and exits.
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+            break
+    print(f"seed {seed}: stopped ({reason}) after {(time.time() - launched) / 60:.1f} min")
+
+
+def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Per seed: when it reached the threshold (or not) and where it ended."""
+    seeds = []
+    for logdir in sorted(out.glob("seed-*"), key=lambda p: int(p.name.split("-")[1])):
+        launch = json.loads((logdir / LAUNCH_FILE).read_text())
+        rows = rows_of(logdir)
+        if not rows:
+            continue
+        last = rows[-1]
+        seeds.append({
+            "seed": int(logdir.name.split("-")[1]),
+            "reached": first_at(rows, args.threshold, args.window, launch["launched"]),
+            "end_frames": last["frames"],
+            "end_minutes": (last["wall_time"] - launch["launched"]) / 60.0,
+            "end_return": last.get("episode_return"),
+            "fps": last.get("fps"),
+            "command": launch["command"],
+        })  # fmt: skip
+    reached = [s["reached"] for s in seeds if s["reached"]]
+    summary: dict[str, Any] = {
+        "threshold": args.threshold, "window": args.window, "seeds": seeds,
+        "reached": f"{len(reached)} of {len(seeds)}",
+    }  # fmt: skip
+    for key in ("minutes", "frames"):
+        values = [r[key] for r in reached]
+        if values and len(reached) == len(seeds):
+            summary[key] = {"median": statistics.median(values), "min": min(values),
+                            "max": max(values)}  # fmt: skip
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    def cell(seed: dict[str, Any], key: str) -> str:
+        reached = seed["reached"]
+        if not reached:
+            return "not reached"
+        return f"{reached[key]:.1f}" if key == "minutes" else f"{reached[key] / 1e6:.2f}M"
+
+    lines = [
+        f"Threshold {summary['threshold']:g} (mean of the last {summary['window']} episodes); "
+        f"reached by {summary['reached']} seeds.",
+        "",
+        "| seed | minutes to threshold | frames to threshold | end: minutes / frames / return "
+        "| frames/s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for seed in summary["seeds"]:
+        end_return = seed["end_return"]
+        shown = "-" if end_return is None else f"{end_return:.1f}"
+        lines.append(
+            f"| {seed['seed']} | {cell(seed, 'minutes')} | {cell(seed, 'frames')} | "
+            f"{seed['end_minutes']:.1f} / {seed['end_frames'] / 1e6:.2f}M / {shown} | "
+            f"{seed['fps'] or 0:,.0f} |"
+        )
+    if "minutes" in summary:
+        m, f = summary["minutes"], summary["frames"]
+        lines.append(
+            f"| **median** (min-max) | **{m['median']:.1f}** ({m['min']:.1f}-{m['max']:.1f}) | "
+            f"**{f['median'] / 1e6:.2f}M** ({f['min'] / 1e6:.2f}-{f['max'] / 1e6:.2f}M) | | |"
+        )
+    if summary["seeds"]:
+        lines += ["", "Command: `" + " ".join(summary["seeds"][0]["command"][:-4]) + "`"]
+    return "\n".join(lines) + "\n"
+
+
+def draw(out: Path, summary: dict[str, Any], title: str) -> Path:
+    """Return against frames and against minutes: median of the seeds, min-max band."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from gazelle.plot.runs import aggregate
+
+    curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"frames": [], "minutes": []}
+    for seed in summary["seeds"]:
+        logdir = out / f"seed-{seed['seed']}"
+        launched = json.loads((logdir / LAUNCH_FILE).read_text())["launched"]
+        rows = [r for r in rows_of(logdir) if r.get("episode_return") is not None]
+        ys = np.array([r["episode_return"] for r in rows], dtype=float)
+        curves["frames"].append((np.array([r["frames"] for r in rows], dtype=float), ys))
+        minutes = np.array([(r["wall_time"] - launched) / 60 for r in rows], dtype=float)
+        curves["minutes"].append((minutes, ys))
+    fig = Figure(figsize=(11, 4.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    for ax, (key, label) in zip(axes, [("frames", "env frames (M)"), ("minutes", "minutes")]):
+        series = [(xs, ys) for xs, ys in curves[key] if len(xs)]
+        if not series:
+            continue
+        for xs, ys in series:  # each seed, thin
+            ax.plot(xs / (1e6 if key == "frames" else 1), ys, color="0.75", linewidth=0.8)
+        grid, middle, low, high = aggregate(series, center="median")
+        scale = 1e6 if key == "frames" else 1
+        ax.fill_between(grid / scale, low, high, alpha=0.3, linewidth=0, label="min-max")
+        ax.plot(grid / scale, middle, linewidth=2, label=f"median of {len(series)} seeds")
+        ax.axhline(summary["threshold"], color="k", linestyle=":", linewidth=1)
+        ax.set_xlabel(label)
+        ax.set_ylabel("return (recent mean, up to 100 episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    path = out / "curves.png"
+    fig.savefig(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for the seeds' runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--threshold", type=float, required=True)
+    parser.add_argument("--window", type=int, default=100, help="episodes the mean must span")
+    parser.add_argument("--max-minutes", type=float, default=60.0)
+    parser.add_argument("--max-frames", type=float, default=float("inf"))
+    parser.add_argument("--poll-s", type=float, default=2.0)
+    parser.add_argument("--title", default=None)
+    parser.add_argument("--report", action="store_true", help="only report what OUT holds")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.report:
+        if not command:
+            parser.error("give the training command after --")
+        if any(flag in command for flag in ("--seed", "--logdir")):
+            parser.error("the command must not set --seed or --logdir (the benchmark does)")
+        for seed in args.seeds:
+            run_seed(command, args.out / f"seed-{seed}", seed, args)
+    summary = summarise(args.out, args)
+    table = markdown(summary)
+    (args.out / "report.md").write_text(table)
+    (args.out / "report.json").write_text(json.dumps(summary, indent=1))
+    if summary["seeds"]:
+        title = args.title or " ".join(summary["seeds"][0]["command"][:-4])
+        print(f"curves: {draw(args.out, summary, title)}")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

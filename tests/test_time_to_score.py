@@ -1,0 +1,80 @@
+"""benchmarks/time_to_score.py: when a seed first reaches the threshold (window full, minutes
+from launch), the summary over seeds, and one real run stopped at its threshold."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location(
+    "time_to_score", ROOT / "benchmarks" / "time_to_score.py"
+)
+tts = importlib.util.module_from_spec(spec)
+sys.modules["time_to_score"] = tts
+spec.loader.exec_module(tts)
+
+
+def row(frames, value, window, wall):
+    return {"frames": frames, "episode_return": value, "episode_window": window, "wall_time": wall}
+
+
+def test_the_first_row_over_the_threshold_with_a_full_window_counts():
+    rows = [
+        row(100, None, 0, 1060.0),
+        row(200, 19.0, 40, 1120.0),  # over, but the mean spans 40 episodes only
+        row(300, 17.9, 100, 1180.0),
+        row(400, 18.0, 100, 1240.0),  # the first
+        row(500, 20.0, 100, 1300.0),
+    ]
+    assert tts.first_at(rows, 18.0, 100, launched=1000.0) == {"frames": 400, "minutes": 4.0}
+    assert tts.first_at(rows, 21.0, 100, launched=1000.0) is None
+
+
+def write_seed(out, seed, rows, launched=1000.0):
+    logdir = out / f"seed-{seed}"
+    logdir.mkdir(parents=True)
+    command = ["gazelle", "train", "--seed", str(seed), "--logdir", str(logdir)]
+    (logdir / "launch.json").write_text(json.dumps({"launched": launched, "command": command}))
+    (logdir / "progress.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_the_summary_gives_the_median_min_and_max_over_seeds(tmp_path):
+    write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0), row(20, 10.0, 100, 1120.0)])
+    write_seed(tmp_path, 2, [row(10, 10.0, 100, 1300.0)])
+    write_seed(tmp_path, 3, [row(10, 1.0, 100, 1060.0), row(30, 12.0, 100, 1600.0)])
+    args = tts.argparse.Namespace(threshold=10.0, window=100)
+    summary = tts.summarise(tmp_path, args)
+    assert summary["reached"] == "3 of 3"
+    assert summary["minutes"] == {"median": 5.0, "min": 2.0, "max": 10.0}
+    assert summary["frames"] == {"median": 20, "min": 10, "max": 30}
+    table = tts.markdown(summary)
+    assert "**5.0** (2.0-10.0)" in table and "Command: `gazelle train`" in table
+    write_seed(tmp_path, 4, [row(10, 1.0, 100, 1060.0)])  # one seed that never got there
+    summary = tts.summarise(tmp_path, args)
+    assert summary["reached"] == "3 of 4" and "minutes" not in summary
+    assert "not reached" in tts.markdown(summary)
+
+
+@pytest.mark.slow
+def test_a_real_run_is_stopped_at_its_threshold_and_reported(tmp_path):
+    """CartPole, threshold 40 over 20 episodes: the benchmark stops the run there (not at its
+    frame budget), and the report and the curves exist."""
+    out = tmp_path / "tts"
+    code = tts.main([
+        "--out", str(out), "--seeds", "1", "--threshold", "40", "--window", "20",
+        "--max-minutes", "5", "--poll-s", "0.5", "--",
+        sys.executable, "-m", "gazelle.cli", "train", "--env", "CartPole-v1",
+        "--num-actors", "1", "--total-frames", "5000000", "--log-interval-s", "1",
+    ])  # fmt: skip
+    assert code == 0
+    summary = json.loads((out / "report.json").read_text())
+    seed = summary["seeds"][0]
+    assert seed["reached"] is not None and seed["reached"]["frames"] <= seed["end_frames"]
+    assert seed["end_frames"] < 5_000_000  # stopped at the threshold, long before the budget
+    assert (out / "seed-1" / "checkpoint.pt").exists()  # SIGINT: the run saved and exited
+    assert (out / "curves.png").stat().st_size > 10_000
