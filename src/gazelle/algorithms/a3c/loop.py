@@ -92,7 +92,7 @@ def train(
         returns = counters["returns"]
         server.load_weights(agent)
         episodes = counters["episodes"]
-        print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
+        print(f"gazelle: resumed from {counters['source']} at {server.frame_count:,} frames")
     total = int(config.run.total_frames or 0)
     logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
     logger.load_returns_state(returns)

@@ -80,7 +80,7 @@ def train(
     if cfg.run.resume and ckpt_path.exists():
         counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
         print(
-            f"gazelle: resumed from {ckpt_path} at {counters['frames']:,} frames "
+            f"gazelle: resumed from {counters['source']} at {counters['frames']:,} frames "
             f"({counters['updates']} updates)"
         )
     logger = open_run_logger(
