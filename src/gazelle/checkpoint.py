@@ -98,9 +98,11 @@ def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = Tr
                 prev_tmp.write_bytes(path.read_bytes())
             os.replace(prev_tmp, previous_path(path))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.errno is not None and err.filename is None:
+            err.filename = str(path)  # why: a failed write (ENOSPC) names no file otherwise
         raise
     _fsync_dir(path.parent)
     _remove_stale_temps(path)

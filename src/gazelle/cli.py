@@ -233,11 +233,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line_errors(parser: argparse.ArgumentParser, command: str, run: Any) -> int:
     """Run a command; a bad flag value (ConfigError, or a ValueError whose message names the
-    flag) or a missing file exits 2 with one line instead of a traceback."""
+    flag) or a missing file exits 2 with one line instead of a traceback, and a run that had
+    to stop (`RunStopped`: a full disk, a failed fleet, non-finite updates) exits 1 with one
+    line."""
+    from gazelle.algorithms.stops import RunStopped
     from gazelle.checkpoint import CheckpointError, CheckpointNotFoundError
 
     try:
         return int(run())
+    except RunStopped as err:
+        parser.exit(1, f"gazelle {command}: error: {err}\n")
     except ConfigError as err:
         parser.exit(2, f"gazelle {command}: error: {err}\n")
     except CheckpointError as err:
