@@ -40,3 +40,17 @@ def cartpole_that_dies_once(marker: str):
             return self.env.step(action)
 
     return DiesOnce(gymnasium.make("CartPole-v1"))
+
+
+class DeadTorso(torch.nn.Module):
+    """A vector torso whose every unit is dead (ReLU of a pre-activation ~1000 below zero):
+    its features are 0 whatever the input, no gradient reaches its weights, and no
+    optimiser moves them. The stalled torso that `StallWatch` exists to name, made exact."""
+
+    def __init__(self, frame_shape):
+        super().__init__()
+        self.output_size = 8
+        self.linear = torch.nn.Linear(frame_shape[0], 8)
+
+    def forward(self, frames):
+        return torch.relu(self.linear(frames.float()) - 1000.0)

@@ -202,7 +202,7 @@ def _loop(
             state.updates += 1
             transport.params.publish(run.agent, state.updates)
         timings.add("learner", time.perf_counter() - t1)
-        stall.update(metrics, state.updates)
+        stall.update(metrics, state.updates, lr_scale=lr / run.learning_rate)
         state.metrics = {
             **metrics,
             "charts/learning_rate": lr,
