@@ -73,7 +73,7 @@ def test_the_ratio_is_judged_at_the_initial_learning_rate():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["impala"])
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
 def test_a_dead_torso_is_warned_about_and_the_layer_stats_reach_progress(
     small_config, tmp_path, capsys, algo
 ):

@@ -56,7 +56,7 @@ class _FillingFile:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["impala"])
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
 def test_a_full_disk_mid_run_ends_it_in_one_line(tmp_path, monkeypatch, capsys, algo):
     disk = FillingDisk(rows=4)
     monkeypatch.setattr(logging, "open", disk.open, raising=False)
