@@ -23,9 +23,12 @@ A3C presets (`A3C_PRESETS`, `--algo a3c --preset`):
   LSTM also fed the last reward and action, the IMPALA seed's initialisation, advantages
   from the synced network's values, fixed-length rollouts); for vector tasks 4 envs per
   worker and a higher learning rate, decayed linearly to 0, and no gradient clip;
-- `universe-starter`: the starter agent exactly, for every family (its settings, and its
-  agent in all four of those points; the mlp torso on vector tasks, which it has no
-  network for).
+- `universe-starter`: the starter agent's settings and agent, for every family (all four of
+  those points the seed's way; the mlp torso on vector tasks, which it has no network for;
+  what gazelle's runtime still does differently: docs/algorithms.md).
+
+The gazelle preset's agent is not yet chosen by measurement (docs/results.md, "A3C: the
+seed's four differences, measured").
 """
 
 from __future__ import annotations
@@ -189,5 +192,5 @@ def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
     if config.model.torso == "auto":
         updates["model"] = default_torso(frame_is_image, cuda)
         if config.algo == "a3c" and frame_is_image:
-            updates["model"] = "universe"  # the seed's network
+            updates["model"] = "universe"  # the seed's conv torso
     return config.replace(**updates)

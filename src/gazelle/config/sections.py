@@ -220,10 +220,11 @@ class A3CConfig:
     `end_rollout_at_episode_end`; `--preset universe-starter` sets all four the seed's way."""
 
     preset: str = "gazelle"
-    """Where unset values come from: gazelle (gazelle's A3C, see docs/algorithms.md for
-    where it differs from the seed) or universe-starter (the universe-starter-agent's agent
-    exactly: the LSTM fed by the conv features alone, its initialisation, advantages from
-    acting-time values, rollouts that end at an episode's end, Adam 1e-4 constant, clip 40)."""
+    """Where unset values come from: gazelle (gazelle's A3C agent, not yet chosen by
+    measurement; docs/algorithms.md says where it differs from the seed) or
+    universe-starter (the universe-starter-agent's agent: the LSTM fed by the conv features
+    alone, its initialisation, advantages from acting-time values, rollouts that end at an
+    episode's end, Adam 1e-4 constant, clip 40)."""
     unroll_length: int = 20
     """Steps per partial rollout (the seed's num_local_steps: 20)."""
     learning_rate: float | None = None
