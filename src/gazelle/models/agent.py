@@ -4,7 +4,8 @@ One object serves the actors (`step`/`act`, one observation per env, `[B, ...]`)
 learner (`unroll`, `[T, B, ...]`), with the same weights and the same outputs for the same
 inputs. As in the IMPALA seed, the core input is the concatenation of the torso features,
 the last reward clipped to [-1, 1], the one-hot last action and (for instruction tasks) the
-instruction encoding.
+instruction encoding; with `last_action_reward=False` (the A3C starter agent's LSTM) the
+features and the instruction encoding alone.
 
 Precision: the torso follows any active autocast (bf16 on the learner); the instruction
 LSTM, the core and the heads always run in float32, so logits, baselines and the state are
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gazelle.models.core import LSTMCore
-from gazelle.models.init import seed_init
+from gazelle.models.init import seed_init, universe_init
 from gazelle.models.instruction import InstructionEncoder
 from gazelle.models.torsos import make_torso
 from gazelle.types import FRAME, INSTRUCTION, AgentOutput, AgentState, ObsSpec
@@ -38,8 +39,11 @@ class Agent(nn.Module):
         use_lstm: an LSTM core of `core_size`; if False the heads read the core input
             directly (feed-forward; the state is `()`).
         core_size: LSTM units.
-        init: `seed`: the IMPALA seed's initialisation (`gazelle.models.init`); `torch`:
-            torch's defaults.
+        init: `seed`: the IMPALA seed's initialisation; `universe`: the A3C starter
+            agent's (both `gazelle.models.init`); `torch`: torch's defaults.
+        last_action_reward: the core also gets the clipped last reward and the one-hot last
+            action (the IMPALA seed's agent); False: the torso's features (and the
+            instruction) alone, as the A3C starter agent's LSTM.
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: `frame` uint8 `[B, C, H, W]` (or float32 `[B, D]`) and, for instruction tasks,
@@ -59,13 +63,15 @@ class Agent(nn.Module):
         use_lstm: bool = True,
         core_size: int = CORE_SIZE,
         init: str = "seed",
+        last_action_reward: bool = True,
     ):
         super().__init__()
         self.obs_spec = obs_spec
         self.num_actions = obs_spec.num_actions
+        self.last_action_reward = last_action_reward
         self.torso = make_torso(torso, tuple(obs_spec.frame_shape))
         self.instruction = InstructionEncoder() if obs_spec.has_instruction else None
-        core_input = self.torso.output_size + 1 + self.num_actions
+        core_input = self.torso.output_size + (1 + self.num_actions if last_action_reward else 0)
         core_input += self.instruction.output_size if self.instruction is not None else 0
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
@@ -73,8 +79,10 @@ class Agent(nn.Module):
         self.baseline = nn.Linear(head_input, 1)
         if init == "seed":
             seed_init(self)
+        elif init == "universe":
+            universe_init(self, self.policy, self.baseline)
         elif init != "torch":
-            raise ValueError(f"init: invalid value {init!r}; allowed: seed | torch")
+            raise ValueError(f"init: invalid value {init!r}; allowed: seed | universe | torch")
 
     def initial_state(
         self, batch_size: int, device: torch.device | str | None = None
@@ -181,9 +189,11 @@ class Agent(nn.Module):
         """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
         num_steps, batch_size = done.shape
         features = self.torso(obs[FRAME].flatten(0, 1)).float()  # [T*B, F]
-        clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
-        one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
-        parts = [features, clipped_reward, one_hot_action]
+        parts = [features]
+        if self.last_action_reward:
+            clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
+            one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
+            parts += [clipped_reward, one_hot_action]
         if self.instruction is not None:
             parts.append(self.instruction(obs[INSTRUCTION].flatten(0, 1)))
         core_input = torch.cat(parts, dim=-1)  # [T*B, I]
@@ -208,10 +218,17 @@ class Agent(nn.Module):
         return shaped, state
 
 
-def build_agent(obs_spec: ObsSpec, torso: str, use_lstm: bool = True, init: str = "seed") -> Agent:
+def build_agent(
+    obs_spec: ObsSpec,
+    torso: str,
+    use_lstm: bool = True,
+    init: str = "seed",
+    last_action_reward: bool = True,
+) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size."""
-    return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init)
+    return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
+                 last_action_reward=last_action_reward)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:
