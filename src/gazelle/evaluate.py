@@ -9,7 +9,6 @@ human-normalised score where the levels have reference scores, and writes
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,8 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.config import Config
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
-from gazelle.types import INSTRUCTION
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
 
 RESULTS_FILE = "test_results.json"
@@ -52,9 +49,8 @@ def run_episodes(
     episode_return, steps = 0.0, 0
     with torch.inference_mode():
         while len(returns) < episodes:
-            batch: dict[str, Any] = {"frame": np.asarray(obs["frame"])[None]}
-            if INSTRUCTION in obs:
-                batch[INSTRUCTION] = [obs[INSTRUCTION]]
+            # why: a batch of one env: arrays get a leading axis, text becomes a list.
+            batch = {k: [v] if isinstance(v, str) else np.asarray(v)[None] for k, v in obs.items()}
             out, state = agent.step(encode(batch), action, reward, done, state, greedy=greedy)
             action = out.action
             obs, r, terminated, truncated, info = env.step(int(action[0]))
@@ -104,7 +100,7 @@ def evaluate(
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
     must be registered in this process too (test mode runs here, in no child process).
     """
-    from gazelle.algorithms.common import env_kwargs
+    from gazelle.algorithms.common import agent_obs_spec, env_kwargs
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
     from gazelle.models import build_agent
 
@@ -126,7 +122,6 @@ def evaluate(
         "levels": {},
     }
     agent = None
-    encode = ObsEncoder(MAX_TOKENS, config.model.use_instruction)
     level_returns: dict[str, list[float]] = {}
     if video < 0:
         raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
@@ -135,9 +130,8 @@ def evaluate(
         recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
             if agent is None:
-                spec = obs_spec(env)
-                if not config.model.use_instruction:
-                    spec = dataclasses.replace(spec, has_instruction=False)
+                spec = agent_obs_spec(config, obs_spec(env))
+                encode = ObsEncoder(spec)
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm))
                 agent.load_state_dict(state["agent"])
                 agent.eval()

@@ -20,6 +20,7 @@ from gazelle.config import (
     validate,
 )
 from gazelle.runtime.learner import cpu_has_native_bf16
+from gazelle.types import INSTRUCTION, ObsSpec
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
@@ -51,6 +52,24 @@ def env_kwargs(config: Config) -> dict[str, Any]:
     if env.atari_frames is not None:
         kwargs["preset"] = env.atari_frames
     return kwargs
+
+
+def agent_obs_spec(config: Config, spec: ObsSpec) -> ObsSpec:
+    """The env's obs spec less what the agent is not given: the instruction with
+    --no-use-instruction, the keys of --withhold-obs."""
+    withheld = [k.strip() for k in (config.model.withhold_obs or "").split(",") if k.strip()]
+    if not config.model.use_instruction and spec.has_instruction:
+        withheld.append(INSTRUCTION)
+    if not withheld:
+        return spec
+    try:
+        return spec.without(list(dict.fromkeys(withheld)))
+    except (KeyError, ValueError) as err:
+        raise ConfigError(
+            "withhold_obs",
+            config.model.withhold_obs,
+            f"some of the observation's keys ({', '.join(spec.names)}) but not all",
+        ) from err
 
 
 def probe(config: Config) -> EnvProbe:
@@ -106,10 +125,7 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         # the device instead of every actor running the net on a CPU core); on CPU the
         # actors' own copies avoid a round trip per step.
         config = config.replace(inference="central" if device.type == "cuda" else "local")
-    if not config.model.use_instruction:
-        found = dataclasses.replace(
-            found, obs_spec=dataclasses.replace(found.obs_spec, has_instruction=False)
-        )
+    found = dataclasses.replace(found, obs_spec=agent_obs_spec(config, found.obs_spec))
     if config.actors.num_actors is None:
         from gazelle.algorithms.layout import choose_num_actors
 

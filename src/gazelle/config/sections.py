@@ -55,6 +55,9 @@ class ModelConfig:
     family's preset (off for Atari, whose 4 stacked frames carry the motion; on elsewhere)."""
     use_instruction: bool = True
     """Feed the env's instruction text to the language encoder (off: ablation)."""
+    withhold_obs: str | None = None
+    """Observation keys the agent is not given, comma-separated (an ablation: what it
+    learns without them); the env still makes them, nothing stores or encodes them."""
     init: str = "seed"
     """Initial weights: seed (the IMPALA seed's Sonnet initialisation: truncated normal
     1/sqrt(fan_in), zero biases, LSTM forget bias 1) or torch (torch's defaults)."""

@@ -11,7 +11,8 @@ A spec is one of:
   as `module:EnvId` (the module is imported first, as Gymnasium does) or `module/EnvId`.
 
 `dmlab30` and comma-separated lists name several levels: `expand_levels` turns them into
-single specs.
+single specs. MiniGrid ids take `preset="raw"`: the Gymnasium env as registered, through
+the generic adapter (`gazelle.envs.adapter`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
-import numpy as np
 
 from gazelle.envs import diagnostic
 from gazelle.envs.adapter import GymAdapter
 from gazelle.envs.dmlab30 import TEST_LEVELS, TRAIN_LEVELS
-from gazelle.types import FRAME, INSTRUCTION, ObsSpec
+from gazelle.envs.spaces import obs_spec_of
+from gazelle.types import ObsSpec
 
 DMLAB_PREFIX = "dmlab:"
 DMLAB30 = "dmlab30"
@@ -188,7 +189,7 @@ def make_resolved(
             render_mode=render_mode,
             **kwargs,
         )
-    if target.kind == "minigrid":
+    if target.kind == "minigrid" and kwargs.get("preset") != "raw":
         from gazelle.envs.babyai import make_babyai
 
         return make_babyai(
@@ -274,17 +275,8 @@ def expand_levels(spec: str, test_mode: bool = False) -> list[str]:
 
 
 def obs_spec(env: gymnasium.Env) -> ObsSpec:
-    """The `ObsSpec` of an env made by `make` (Dict observations, Discrete actions)."""
-    space = env.observation_space
-    if not isinstance(space, gymnasium.spaces.Dict) or FRAME not in space.spaces:
-        raise ValueError(f"expected a Dict observation space with a 'frame', got {space}")
-    if not isinstance(env.action_space, gymnasium.spaces.Discrete):
-        raise ValueError(f"expected a Discrete action space, got {env.action_space}")
-    frame = space.spaces[FRAME]
-    assert frame.shape is not None
-    return ObsSpec(
-        frame_shape=tuple(frame.shape),
-        frame_dtype=np.dtype(frame.dtype),
-        num_actions=int(env.action_space.n),
-        has_instruction=INSTRUCTION in space.spaces,
-    )
+    """The `ObsSpec` of an env made by `make` (a Dict in gazelle's form, Discrete actions:
+    `gazelle.envs.spaces`)."""
+    if not isinstance(env.observation_space, gymnasium.spaces.Dict):
+        raise ValueError(f"expected a Dict observation space, got {env.observation_space}")
+    return obs_spec_of(env.observation_space, env.action_space)

@@ -54,14 +54,9 @@ def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
 
 def fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """Random observations of `spec` (an `ObsSpec`) with leading dims `shape`."""
-    frame_shape = (*shape, *spec.frame_shape)
-    if spec.is_image:
-        obs = {"frame": torch.randint(0, 255, frame_shape, dtype=torch.uint8)}
-    else:
-        obs = {"frame": torch.randn(frame_shape)}
-    if spec.has_instruction:
-        obs["instruction"] = torch.randint(1, 1000, (*shape, 8))
-    return obs
+    from gazelle.models.encoders import random_obs
+
+    return random_obs(spec, shape)
 
 
 def inference_rate(run: Any, batch: int, seconds: float) -> float:
