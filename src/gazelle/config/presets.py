@@ -53,6 +53,12 @@ IMPALA_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             optimizer="rmsprop_tf", learning_rate=0.0006, epsilon=0.01, entropy_cost=0.01,
             use_lstm=True,
         ),
+        # ViZDoom stands in for DMLab: the seed's DMLab settings, with its 4 envs per actor.
+        "vizdoom": dict(
+            envs_per_actor=4, batch_size=2, unroll_length=100, total_frames=1_000_000_000,
+            optimizer="rmsprop_tf", learning_rate=0.00048, epsilon=0.1, entropy_cost=0.00025,
+            use_lstm=True,
+        ),
     },
 }  # fmt: skip
 IMPALA_PRESETS["gazelle"] = {
@@ -69,6 +75,11 @@ IMPALA_PRESETS["gazelle"]["atari"].update(
     batch_size=8, optimizer="adam", learning_rate=0.0006, epsilon=1e-8, entropy_cost=0.003,
     total_frames=50_000_000, use_lstm=False,
 )  # fmt: skip
+#: ViZDoom: measured on VizdoomBasic-v1 on the 2-core machine (docs/results.md).
+IMPALA_PRESETS["gazelle"]["vizdoom"].update(
+    envs_per_actor=8, batch_size=8, unroll_length=32, optimizer="adam", learning_rate=0.0006,
+    epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True,
+)  # fmt: skip
 PRESET_NAMES = tuple(IMPALA_PRESETS)
 for _families in IMPALA_PRESETS.values():
     for _values in _families.values():
@@ -82,7 +93,7 @@ APPO_PRESETS: dict[str, dict[str, Any]] = {
     family: dict(epochs=2, minibatches=2, clip_ratio=0.1, normalize_advantages=True,
                  vtrace_lambda=0.95, entropy_cost=0.01, learning_rate=0.0003,
                  optimizer="adam", epsilon=1e-8)
-    for family in ("vector", "atari", "dmlab", "image")
+    for family in ("vector", "atari", "dmlab", "image", "vizdoom")
 }  # fmt: skip
 
 #: A3C presets: env family -> flat name -> value (the seed's Atari settings for Atari).
@@ -102,12 +113,14 @@ A3C_PRESETS: dict[str, dict[str, Any]] = {
                   learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
     "image": dict(envs_per_actor=1, total_frames=5_000_000, learning_rate=1e-4,
                   learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
+    "vizdoom": dict(envs_per_actor=1, total_frames=20_000_000, learning_rate=1e-4,
+                    learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
 }  # fmt: skip
 
 
 def env_family(env: EnvProbe) -> str:
-    """Preset family of a probed env: atari, dmlab, image or vector."""
-    if env.kind in ("atari", "dmlab"):
+    """Preset family of a probed env: atari, dmlab, vizdoom, image or vector."""
+    if env.kind in ("atari", "dmlab", "vizdoom"):
         return env.kind
     return "image" if env.obs_spec.is_image else "vector"
 

@@ -114,6 +114,8 @@ class EnvSlot:
         self._length = 0
         #: Text fields of the final observation when the last step ended an episode.
         self.final_text: dict[str, str] = {}
+        #: The env's `info["episode_stats"]` when the last step ended a game, else {}.
+        self.stats: dict[str, float] = {}
         #: Whether the last step ended an episode (or failed).
         self.ended = False
 
@@ -144,6 +146,7 @@ class EnvSlot:
         self._return += float(reward)
         self._length += 1
         game_over = ended and bool(info.get("game_over", True))
+        self.stats = dict(info.get("episode_stats") or {}) if game_over else {}
         arrays.reward[i] = reward
         arrays.terminated[i] = terminated
         arrays.truncated[i] = truncated
@@ -162,6 +165,7 @@ class EnvSlot:
     def _fail(self, error: str) -> str:
         """Report a failed step as a truncation without reward, then reset the env."""
         i, arrays = self.index, self._arrays
+        self.stats = {}
         arrays.reward[i] = 0.0
         arrays.terminated[i] = False
         arrays.truncated[i] = True

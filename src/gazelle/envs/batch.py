@@ -54,6 +54,8 @@ class BatchStep(NamedTuple):
         episode_length: int64 `[N]`, game length in agent steps up to this step.
         final_obs: env index -> last observation of the episode that ended at this step.
         errors: `(env index, message)` of envs that raised and were reset.
+        episode_stats: env index -> the statistics its env reported for the game that
+            ended at this step (`info["episode_stats"]`: ViZDoom's kills, health, ...).
     """
 
     obs: BatchObs
@@ -65,6 +67,7 @@ class BatchStep(NamedTuple):
     episode_length: np.ndarray
     final_obs: dict[int, dict[str, Any]]
     errors: list[tuple[int, str]]
+    episode_stats: dict[int, dict[str, float]]
 
 
 def _spec_of(observation_space: gym.Space, action_space: gym.Space) -> ObsSpec:
@@ -150,6 +153,7 @@ class SerialEnvs:
         arrays.action[:] = actions
         errors: list[tuple[int, str]] = []
         final_obs: dict[int, dict[str, Any]] = {}
+        stats: dict[int, dict[str, float]] = {}
         for slot in self._slots:
             error = slot.step()
             if error is not None:
@@ -159,6 +163,8 @@ class SerialEnvs:
                     name: rows[slot.index].copy() for name, rows in arrays.final_obs.items()
                 }
                 final_obs[slot.index] = {**final, **slot.final_text}
+            if slot.stats:
+                stats[slot.index] = slot.stats
         return BatchStep(
             obs=self._obs(),
             reward=arrays.reward.copy(),
@@ -169,6 +175,7 @@ class SerialEnvs:
             episode_length=arrays.episode_length.copy(),
             final_obs=final_obs,
             errors=errors,
+            episode_stats=stats,
         )
 
     def _obs(self) -> BatchObs:

@@ -5,9 +5,9 @@ persist across unrolls: step 0 of each unroll repeats the last step of the previ
 The actor knows nothing of transport: it writes through an `UnrollWriter` and acts through a
 `Policy` (`gazelle.runtime.policy`: its own agent copy, or the central inference server),
 both handed to it by a backend. Telemetry does not travel with the data: once per unroll it
-reports one "unroll" event (the episodes that ended, with their level, return and length;
-seconds per step in each stage; how often each action was taken) through `report`, so a
-dropped or stale unroll loses no statistic.
+reports one "unroll" event (the episodes that ended, with their level, return, length and
+the env's statistics of each; seconds per step in each stage; how often each action was
+taken) through `report`, so a dropped or stale unroll loses no statistic.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class Actor:
         clock = time.perf_counter
         inference_s = env_s = 0.0
         start = clock()
-        episodes: list[tuple[float, int]] = []
+        episodes: list[tuple[float, int, dict[str, float]]] = []
         actions = torch.zeros(spec.obs_spec.num_actions, dtype=torch.int64)
         self.policy.begin_unroll()
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
@@ -180,7 +180,8 @@ class Actor:
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
             actions += torch.bincount(out.action, minlength=len(actions))
             for j in np.flatnonzero(np.asarray(step.game_over, dtype=bool)):
-                episodes.append((float(step.episode_return[j]), int(step.episode_length[j])))
+                stats = step.episode_stats.get(int(j), {})
+                episodes.append((float(step.episode_return[j]), int(step.episode_length[j]), stats))
             self.last = {
                 "reward": reward,
                 "terminated": torch.from_numpy(np.asarray(step.terminated, dtype=bool)),

@@ -217,6 +217,7 @@ def _log(
             "charts/env_errors": float(telemetry.env_errors),
             **timings.means(),
             **telemetry.scores(),
+            **telemetry.level_metrics(),
         }
     )
     logger.scalars(scalars, frames)
