@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("vizdoom")
 
-from gazelle.config import Config
+from gazelle.algorithms.common import probe
+from gazelle.config import Config, ConfigError
 from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec
 from gazelle.envs.batch import SerialEnvs
 from gazelle.envs.vizdoom import DOOM6, FULL_BUTTONS
@@ -66,6 +67,16 @@ def test_the_full_action_space_is_the_same_in_every_scenario():
     assert obs_spec(a) == obs_spec(b)
     a.close()
     b.close()
+
+
+def test_a_multi_task_doom_spec_gets_one_joint_action_set():
+    """Scenarios with other buttons: unset --full-action-space gives every level the full
+    set (the union of the scenarios' buttons); --no-full-action-space refuses them."""
+    config = Config.of(env="VizdoomBasic-v1,VizdoomDefendCenter-v1")
+    found = probe(config)
+    assert found.full_action_space and found.obs_spec.num_actions == 1 + len(FULL_BUTTONS)
+    with pytest.raises(ConfigError, match=r"MOVE_LEFT.*TURN_LEFT.*--full-action-space"):
+        probe(config.replace(full_action_space=False))
 
 
 def test_doom6_names_six_scenarios():

@@ -76,7 +76,7 @@ def probe(config: Config) -> EnvProbe:
     """The env's facts (`gazelle.envs.probe`) for `config`'s env settings and algorithm;
     every distinct level of a multi-task --env must share the first one's observations and
     actions, and each level needs an actor."""
-    from gazelle.envs.probe import LevelsDiffer
+    from gazelle.envs.probe import FULL_ACTION_KINDS, LevelsDiffer
     from gazelle.envs.probe import probe as probe_env
 
     env = config.env.id
@@ -94,9 +94,11 @@ def probe(config: Config) -> EnvProbe:
         # why: Atari's preprocessing, which the observation shape depends on, is the
         # algorithm's own unless given (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42).
         frames = "universe" if config.algo == "a3c" else "deepmind"
-        return probe_env(env, frames, one_actor_per_level, **env_kwargs(config))
+        kwargs = {**env_kwargs(config), "full_action_space": config.env.full_action_space}
+        return probe_env(env, frames, one_actor_per_level, **kwargs)
     except LevelsDiffer as err:
-        hint = " (Atari games: add --full-action-space)" if err.kind == "atari" else ""
+        full = err.kind in FULL_ACTION_KINDS and err.what == "actions"
+        hint = " (one action set for all: --full-action-space)" if full else ""
         raise ConfigError("env", env, f"{err}{hint}") from err
     except ConfigError:
         raise  # why: one_actor_per_level's, already naming its flag
@@ -110,6 +112,8 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     found = probe(config)
     if config.env.atari_frames is None and found.atari_frames is not None:
         config = config.replace(atari_frames=found.atari_frames)
+    if config.env.full_action_space is None:
+        config = config.replace(full_action_space=found.full_action_space)
     device = resolve_device(config.run.device)
     if config.run.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         print(

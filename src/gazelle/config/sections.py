@@ -34,9 +34,10 @@ class EnvConfig:
     life_loss: bool | None = None
     """Atari: a lost life ends the training episode (not the logged game, never in test
     mode); unset: the id's protocol (*NoFrameskip-v4 on, ALE/*-v5 off)."""
-    full_action_space: bool = False
-    """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
-    when the games' action sets differ)."""
+    full_action_space: bool | None = None
+    """The family's full action set in every level: Atari's 18 actions instead of each
+    game's minimal set, ViZDoom's 7 buttons (and a no-op) instead of each scenario's; unset:
+    on for a multi-task --env whose levels' action sets differ, off otherwise."""
     atari_frames: str | None = None
     """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
     (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""
