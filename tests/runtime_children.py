@@ -40,3 +40,38 @@ def cartpole_that_dies_once(marker: str):
             return self.env.step(action)
 
     return DiesOnce(gymnasium.make("CartPole-v1"))
+
+
+class DeadTorso(torch.nn.Module):
+    """A vector torso whose every unit is dead (ReLU of a pre-activation ~1000 below zero):
+    its features are 0 whatever the input, no gradient reaches its weights, and no
+    optimiser moves them. The stalled torso that `StallWatch` exists to name, made exact."""
+
+    def __init__(self, frame_shape):
+        super().__init__()
+        self.output_size = 8
+        self.linear = torch.nn.Linear(frame_shape[0], 8)
+
+    def forward(self, frames):
+        return torch.relu(self.linear(frames.float()) - 1000.0)
+
+
+class NaNAfterThree(torch.nn.Module):
+    """A vector torso whose gradient turns NaN from its 4th forward with gradients on in
+    this process (a learner's or an A3C worker's update; acting runs without them). Its
+    features stay finite (a sampled action needs finite logits): `sqrt(b * 0)` is 0, and its
+    derivative is inf * 0."""
+
+    def __init__(self, frame_shape):
+        super().__init__()
+        self.output_size = 8
+        self.linear = torch.nn.Linear(frame_shape[0], 8)
+        self.training_calls = 0
+
+    def forward(self, frames):
+        features = torch.tanh(self.linear(frames.float()))
+        if torch.is_grad_enabled():
+            self.training_calls += 1
+            if self.training_calls > 3:
+                return features + torch.sqrt(self.linear.bias[0] * 0.0)
+        return features

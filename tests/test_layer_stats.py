@@ -57,3 +57,41 @@ def test_stall_watch_warns_once_after_patience_and_again_after_recovery():
     assert [watch.update(low, 6 + i) for i in range(3)] == [False, False, True]
     assert len(lines) == 2
     assert not StallWatch(warn=lines.append).update({}, 0)  # no stats: nothing to say
+
+
+def test_the_ratio_is_judged_at_the_initial_learning_rate():
+    lines = []
+    watch = StallWatch(threshold=1e-4, patience=2, warn=lines.append)
+    decayed = {"layers/update_ratio/torso": 5e-5}  # a healthy 5e-4 at a tenth of the rate
+    assert not any(watch.update(decayed, i, lr_scale=0.1) for i in range(5))
+    # the rate is ~0 at the end of a run: nothing to judge
+    assert not any(
+        watch.update({"layers/update_ratio/torso": 0.0}, i, lr_scale=0.01) for i in range(5)
+    )
+    assert [watch.update(decayed, i, lr_scale=1.0) for i in range(2)] == [False, True]
+    assert len(lines) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
+def test_a_dead_torso_is_warned_about_and_the_layer_stats_reach_progress(
+    small_config, tmp_path, capsys, algo
+):
+    """A torso of dead units (its weights never move) on CartPole: after `patience` (500)
+    updates the loop prints the stall warning; every progress row has the layer stats."""
+    import json
+
+    from gazelle.algorithms import train
+
+    train(small_config(algo=algo, model="runtime_children:DeadTorso", total_frames=30_000,
+                       log_interval_s=0.5))  # fmt: skip
+    out = capsys.readouterr().out
+    assert out.count("the torso's weights have moved by less than 7e-05") == 1
+    assert "for 500 updates" in out and "it is not learning" in out
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    trained = [row for row in rows if "layers/update_ratio/torso" in row]
+    assert len(trained) >= 2
+    for row in trained:
+        assert row["layers/update_ratio/torso"] == 0.0
+        assert row["layers/grad_rms/torso"] == 0.0
+        assert row["layers/update_ratio/policy"] > 0.0 and row["layers/grad_rms/policy"] > 0.0

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gazelle import checkpoint
+from gazelle.algorithms.a3c import train as train_a3c
 from gazelle.algorithms.impala import train
 from gazelle.algorithms.impala.loop import NonFiniteError
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
@@ -112,3 +113,23 @@ def test_a_nan_from_the_env_is_reported_and_never_reaches_the_batch(where):
     for step in steps:
         assert np.isfinite(step.reward).all() and np.isfinite(step.obs["frame"]).all()
     assert not steps[3].errors and steps[3].reward[0] == 1.0  # reset, and going on
+
+
+@pytest.mark.slow
+def test_a3c_stops_after_nonfinite_pushes_in_a_row_with_the_last_good_checkpoint(
+    small_config, tmp_path, capsys
+):
+    """A3C used to skip non-finite pushes forever (they add no frames: the run never
+    ended). One worker, so that its updates arrive in order: 3 good, then NaN ones."""
+    config = small_config(
+        algo="a3c", model="runtime_children:NaNAfterThree", num_actors=1, total_frames=10**6,
+        max_nonfinite_updates=4, log_interval_s=0.3,
+    )  # fmt: skip
+    with pytest.raises(NonFiniteError, match="4 updates in a row") as err:
+        train_a3c(config)
+    assert "\n" not in str(err.value)
+    out = capsys.readouterr().out
+    assert out.count("non-finite loss or gradient at") == 4
+    state = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert state["updates"] == 3 and state["frames"] > 0
+    assert all(bool(torch.isfinite(v).all()) for v in state["agent"].values())

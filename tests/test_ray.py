@@ -242,6 +242,65 @@ def test_a_stopped_a3c_worker_on_ray_is_replaced_and_training_goes_on(cluster, t
     assert seen["last"] - seen["at_stop"] >= 2000  # frames kept coming
 
 
+def test_a_stopped_ray_actor_is_replaced_and_training_goes_on(cluster, small, tmp_path, capsys):
+    """SIGSTOP an IMPALA actor's Ray process: no unroll comes back from it for
+    --actor-timeout-s, so it is killed as hung and replaced; the other actor trains on."""
+    stopped: list[int] = []
+
+    def stop_one(progress: dict) -> None:
+        if stopped or progress["frames"] < 1500:
+            return
+        out = subprocess.run(["pgrep", "-f", "ray::ActorHost"], capture_output=True, text=True)
+        pids = [int(p) for p in out.stdout.split()]
+        assert pids, "no Ray actor process found"
+        os.kill(pids[0], signal.SIGSTOP)
+        stopped.append(pids[0])
+
+    try:
+        result = train(small(total_frames=12000, actor_timeout_s=5.0), on_progress=stop_one)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    out = capsys.readouterr().out
+    assert stopped and result.frames >= 12000
+    assert result.actor_restarts >= 1 and "gave no sign of life" in out, out[-3000:]
+
+
+def test_a_stopped_a3c_parameter_server_on_ray_stops_the_run_in_one_line(cluster, tmp_path):
+    """SIGSTOP A3C's parameter-server actor: every call to it is bounded, so the run stops
+    with one line naming it within --actor-timeout-s (and keeps its last checkpoint)."""
+    from gazelle.errors import RunError
+
+    stopped: list[int] = []
+
+    def stop_server(progress: dict) -> None:
+        if stopped or progress["frames"] < 2000:
+            return
+        out = subprocess.run(
+            ["pgrep", "-f", "ray::ParameterServerHost"], capture_output=True, text=True
+        )
+        pids = [int(p) for p in out.stdout.split()]
+        assert pids, "no parameter server process found"
+        os.kill(pids[0], signal.SIGSTOP)
+        stopped.append(pids[0])
+
+    config = Config.of(
+        algo="a3c", env="CartPole-v1", backend="ray", num_actors=2, total_frames=10**8,
+        max_seconds=120, actor_timeout_s=5.0, log_interval_s=0.5, logdir=str(tmp_path),
+    )  # fmt: skip
+    start = time.monotonic()
+    try:
+        with pytest.raises(RunError, match="A3C parameter server") as error:
+            train(config, on_progress=stop_server)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert stopped and time.monotonic() - start < 100
+    assert "\n" not in str(error.value)
+
+
 def _probe(config: Config):
     from gazelle.algorithms.common import prepare
 

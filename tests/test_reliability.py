@@ -3,6 +3,8 @@
 which actors are silent; a trainer killed with SIGKILL leaves no process and no shared-memory
 segment behind."""
 
+import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -102,6 +104,68 @@ def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
         time.sleep(0.2)
         leaked = orphaned(shm_entries() - before_shm)
     assert not leaked, f"shared memory left behind: {sorted(leaked)}"
+
+
+def _gazelle_children(pid):
+    """The children of `pid` that run gazelle code (not multiprocessing's resource tracker)."""
+    found = []
+    for child in children_of(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            found.append(child)
+    return found
+
+
+def _trained(progress):
+    """Whether a row of `progress` (a progress.jsonl) counts frames."""
+    if not progress.exists():
+        return False
+    return any(json.loads(line)["frames"] > 0 for line in progress.read_text().splitlines()[:-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
+def test_a_trainer_killed_with_sigkill_takes_a_stopped_child_with_it(tmp_path, algo):
+    """A child stopped with SIGSTOP (or blocked in an env) never looks at its parent pid; it
+    dies with the trainer only because the kernel kills it (PR_SET_PDEATHSIG)."""
+    sizes = "batch_size=2, " if algo == "impala" else ""
+    script = (
+        "from gazelle.algorithms import train\n"
+        "from gazelle.config import Config\n"
+        f"train(Config.of(algo={algo!r}, env='CartPole-v1', num_actors=2, envs_per_actor=2,"
+        f" {sizes}unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
+        " log_interval_s=0.2))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    children = []
+    try:
+        progress = Path(tmp_path) / "progress.jsonl"
+        start = time.monotonic()
+        # why: until the children train (a row with frames): a child still starting (its
+        # imports take ~10-60 s on a loaded machine) has not asked for the signal yet; it
+        # exits when it does (`die_with_parent` finds its parent gone). Generous, for load.
+        while not _trained(progress):
+            assert time.monotonic() - start < 300 and proc.poll() is None
+            time.sleep(0.2)
+        children = _gazelle_children(proc.pid)
+        assert len(children) == 2, children  # the two actors (or workers)
+        os.kill(children[0], signal.SIGSTOP)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10.0
+        alive = children
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [pid for pid in children if _alive(pid)]
+        assert not alive, f"processes outlived the killed trainer: {alive}"
+    finally:
+        proc.kill()
+        for pid in children:  # why: a failed run of this test must not leave them behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def orphaned(names):

@@ -17,6 +17,7 @@ import contextlib
 import glob
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -30,7 +31,9 @@ __all__ = [
     "CheckpointError",
     "CheckpointNotFoundError",
     "load",
+    "load_or_previous",
     "previous_path",
+    "put_previous_back",
     "rng_state",
     "save",
     "set_rng_state",
@@ -95,9 +98,11 @@ def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = Tr
                 prev_tmp.write_bytes(path.read_bytes())
             os.replace(prev_tmp, previous_path(path))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if isinstance(err, OSError) and err.errno is not None and err.filename is None:
+            err.filename = str(path)  # why: a failed write (ENOSPC) names no file otherwise
         raise
     _fsync_dir(path.parent)
     _remove_stale_temps(path)
@@ -144,6 +149,46 @@ def load(path: str | Path, map_location: str | torch.device | None = "cpu") -> d
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(state).__name__}, not a dict")
     return state
+
+
+def load_or_previous(
+    path: str | Path, map_location: str | torch.device | None = "cpu"
+) -> tuple[dict[str, Any], Path, CheckpointError | None]:
+    """``load(path)``, or, when that file is unreadable (corrupt, truncated), the copy that
+    ``save`` kept before it (``<path>.prev``). Returns the state, the file it came from and
+    why ``path`` did not load (None when it did).
+
+    Raises:
+        CheckpointNotFoundError: no file at ``path``.
+        CheckpointError: neither file loads; the message names both and why.
+    """
+    path = Path(path)
+    try:
+        return load(path, map_location), path, None
+    except CheckpointNotFoundError:
+        raise
+    except CheckpointError as err:
+        prev = previous_path(path)
+        try:
+            return load(prev, map_location), prev, err
+        except CheckpointError as prev_err:
+            raise CheckpointError(f"{err}; and its previous copy: {prev_err}") from prev_err
+
+
+def put_previous_back(path: str | Path) -> Path:
+    """Keep an unreadable ``path`` as ``<path>.corrupt`` and put a copy of ``<path>.prev``
+    in its place; returns where the unreadable file went.
+
+    why: otherwise the next ``save`` would move the unreadable file to ``<path>.prev`` and
+    the run would have no readable previous checkpoint until the save after it.
+    """
+    path = Path(path)
+    corrupt = path.with_name(path.name + ".corrupt")
+    shutil.copyfile(path, corrupt)
+    tmp = path.with_name(f".{path.name}.restore.tmp")
+    shutil.copyfile(previous_path(path), tmp)
+    os.replace(tmp, path)  # why: atomic, as every write of `path`
+    return corrupt
 
 
 def rng_state() -> dict[str, Any]:

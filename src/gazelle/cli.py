@@ -233,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line_errors(parser: argparse.ArgumentParser, command: str, run: Any) -> int:
     """Run a command; a bad flag value (ConfigError, or a ValueError whose message names the
-    flag) or a missing file exits 2 with one line instead of a traceback."""
+    flag) or a missing file exits 2 with one line instead of a traceback, and a run that had
+    to stop (`RunError`: a full disk, a failed fleet, non-finite updates, a private Ray
+    instance that is not private) exits 1 with one line."""
     from gazelle.checkpoint import CheckpointError, CheckpointNotFoundError
     from gazelle.errors import RunError
 

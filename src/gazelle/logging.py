@@ -209,8 +209,13 @@ class RunLogger:
             row[f"episode_return/{level}"] = self.recent_return(level)
         for name, value in (extra or {}).items():
             row[name] = _json_number(_to_float(value))
-        self._progress.write(json.dumps(row, allow_nan=False).encode() + b"\n")
-        self._progress.flush()
+        try:
+            self._progress.write(json.dumps(row, allow_nan=False).encode() + b"\n")
+            self._progress.flush()
+        except OSError as err:
+            if err.errno is not None and err.filename is None:
+                err.filename = str(self.progress_path)  # why: a failed write names no file
+            raise
         for sink in self._sinks:
             sink.log_row(row)
         return row

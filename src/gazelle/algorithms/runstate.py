@@ -105,13 +105,22 @@ def restore(
     device: torch.device,
 ) -> dict[str, Any]:
     """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters
-    (`frames`, `updates`, `episodes`) and the logger's recent-return windows (`returns`).
+    (`frames`, `updates`, `episodes`), the logger's recent-return windows (`returns`) and
+    the file it loaded (`source`).
 
     Raises ValueError naming the flag when the checkpoint was trained with another env,
     torso, core or algorithm (a checkpoint of gazelle 0.1, saved before the config had
-    sections, is read too).
+    sections, is read too). An unreadable `path` (corrupt, truncated) falls back to the
+    previous checkpoint beside it (`<path>.prev`) with a one-line warning, and is kept as
+    `<path>.corrupt`; when neither loads, `CheckpointError` names both.
     """
-    state = checkpoint.load(path, map_location=device)
+    state, source, why = checkpoint.load_or_previous(path, map_location=device)
+    if why is not None:
+        try:
+            kept = f"; the unreadable file is kept as {checkpoint.put_previous_back(path)}"
+        except OSError as err:
+            kept = f" (it could not be replaced: {err})"
+        print(f"gazelle: warning: {why}; resuming from {source}, the one saved before it{kept}")
     saved = Config.from_dict(state.get("config") or {})
     for name in ("algo", "env", "model", "use_lstm"):
         if saved.get(name) != config.get(name):
@@ -128,6 +137,7 @@ def restore(
         "updates": int(state["updates"]),
         "episodes": int(state.get("episodes", 0)),
         "returns": {str(k): [float(r) for r in v] for k, v in state.get("returns", {}).items()},
+        "source": str(source),
     }
 
 

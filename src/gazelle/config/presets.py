@@ -11,8 +11,10 @@ IMPALA presets (`--preset`):
 
 - `gazelle` (default): values measured to learn fast on the project's machines; every
   difference from the paper is justified by a run in docs/results.md;
-- `impala-paper`: the IMPALA paper's Atari settings (its Table G.1: RMSProp as in TF with
-  epsilon 0.01, lr 0.0006, entropy 0.01, B=32, T=20) and the IMPALA seed's DMLab defaults.
+- `impala-paper`: the IMPALA paper's Atari learner settings (its Table G.1: RMSProp as in
+  TF with epsilon 0.01, lr 0.0006, entropy 0.01, B=32, T=20) and the IMPALA seed's DMLab
+  defaults. Not the paper's actors (this machine's layout), torso (`auto`) or frame budget
+  (50M for Atari is gazelle's): docs/usage.md lists what it does not reproduce.
 
 A3C (`A3C_PRESETS`): the universe-starter-agent's settings (Adam 1e-4 constant, its 42x42
 frames and conv+LSTM network, one env per worker) for Atari; for vector tasks 4 envs per
@@ -69,8 +71,8 @@ IMPALA_PRESETS["gazelle"] = {
 #: updates per frame, each weight's step normalised) left -20 at 5M frames. Without the
 #: LSTM: Atari's 4 stacked frames carry the motion, and the core is one more layer between
 #: the screen and the heads to learn through. Entropy 0.003: -11.3 at 14M frames against
-#: -15.4 with 0.01 (0.0006 was no faster than 0.003 to 8M). 50M frames: the paper's Atari
-#: budget and that of the best run; Pong is not at 18 by 30M frames here yet.
+#: -15.4 with 0.01 (0.0006 was no faster than 0.003 to 8M). 50M frames: gazelle's Atari
+#: budget (Pong with these settings reached 18 at 26.3M frames, docs/results.md).
 IMPALA_PRESETS["gazelle"]["atari"].update(
     batch_size=8, optimizer="adam", learning_rate=0.0006, epsilon=1e-8, entropy_cost=0.003,
     total_frames=50_000_000, use_lstm=False,

@@ -158,8 +158,9 @@ class ImpalaConfig:
 
     preset: str = "gazelle"
     """Where unset values come from: gazelle (defaults measured to learn fast, see
-    docs/results.md) or impala-paper (the IMPALA paper's Atari settings and the seed's DMLab
-    defaults, exactly)."""
+    docs/results.md) or impala-paper (the IMPALA paper's Atari learner settings and the
+    seed's DMLab flags: optimiser, lr, epsilon, entropy, batch, unroll, LSTM; not its actors,
+    torso (auto: shallow on a CPU) or frame budget, see docs/usage.md)."""
     batch_size: int | None = None
     """Unrolls per learner batch (seed: 2 on DMLab)."""
     unroll_length: int | None = None

@@ -100,6 +100,14 @@ class ParameterServer(Protocol):
         the step count after it."""
         ...
 
+    def push_measured(
+        self, grads: Sequence[torch.Tensor | None], worker: int
+    ) -> tuple[int, dict[str, float]]:
+        """`push`, also returning what the step did to each layer group (the agent's
+        top-level children): `{"layers/update_ratio/<group>": ||step|| / ||weights before||}`,
+        measured on this step alone (see `gazelle.runtime.layer_stats`)."""
+        ...
+
     @property
     def frame_count(self) -> int:
         """Env frames trained on so far, by all workers."""

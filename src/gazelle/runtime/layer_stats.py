@@ -2,8 +2,8 @@
 
 These two numbers show a learner that runs but does not learn: a torso whose weights move by
 1e-5 of their size per update never starts to depend on the observation, whatever the loss
-says. (Measured on Pong with the seed's RMSProp at epsilon 0.01: torso ratio ~4e-5, heads
-~1e-2; docs/results.md.)
+says. (An earlier session measured Pong with the seed's RMSProp at epsilon 0.01 at a torso
+ratio ~4e-5, heads ~1e-2; docs/results.md. `STALL_RATIO` gives today's measurements.)
 
 Groups are the agent's top-level children (`torso`, `instruction`, `core`, `policy`,
 `baseline` for `gazelle.models.Agent`; any module's children otherwise), so a custom agent
@@ -18,14 +18,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
-#: Below this update-to-weight ratio, a group is taken to be stalled (see `StallWatch`).
-#: Healthy torsos measured here move by 1e-4 to 1e-2 of their norm per update; the stalled
-#: Pong torso by ~4e-5.
-STALL_RATIO = 1e-5
+#: Below this update-to-weight ratio (at the initial learning rate), a group is taken to be
+#: stalled (see `StallWatch`). Between the two sets of torso ratios measured on the
+#: project's 2-core machine (progress.jsonl rows, divided by the decayed rate's share),
+#: 2.5x from the highest stalled figure and 2.5x from the lowest learning one:
+#:
+#: - learning: `gazelle train --env PongNoFrameskip-v4 --max-seconds 180` 5.9e-4 to 1.5e-3
+#:   (median 9.7e-4, past 100K frames); `--env CartPole-v1 --total-frames 200000` (return
+#:   271) 3.5e-3 to 2.1e-2; `--algo a3c --env PongNoFrameskip-v4 --max-seconds 240` 1.9e-4
+#:   to 8.3e-4 (median 2.6e-4); `--algo a3c --env CartPole-v1 --total-frames 200000`
+#:   (return 217) 1.8e-4 to 3.1e-3 (median 6.1e-4);
+#: - stalled: `gazelle train --env PongNoFrameskip-v4 --learning-rate 1e-6 --max-seconds
+#:   180` 1.7e-5 to 3.2e-5 (median 2.6e-5); `--env CartPole-v1 --learning-rate 4e-6
+#:   --total-frames 200000` (return 20, random play's) 3.3e-6 to 1.5e-5; `--algo a3c --env
+#:   PongNoFrameskip-v4 --learning-rate 1e-7 --max-seconds 180` 3.7e-7 to 9.5e-7; the
+#:   earlier session's RMSProp Pong ~4e-5; a torso of dead units
+#:   (`tests/runtime_children.DeadTorso`) 0.
+STALL_RATIO = 7e-5
+#: Learning rates below this share of the initial one are not judged (see `StallWatch`).
+MIN_LR_SCALE = 0.05
 
 
 def parameter_groups(module: nn.Module) -> dict[str, list[nn.Parameter]]:
@@ -35,6 +51,19 @@ def parameter_groups(module: nn.Module) -> dict[str, list[nn.Parameter]]:
         if param.requires_grad:
             groups.setdefault(name.split(".", 1)[0], []).append(param)
     return groups
+
+
+def grad_rms(groups: dict[str, list[nn.Parameter]]) -> dict[str, torch.Tensor]:
+    """Per group, the RMS over its weights of their `.grad` (0-dim tensors; a group without
+    gradients is left out)."""
+    out: dict[str, torch.Tensor] = {}
+    for group, params in groups.items():
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            squares = sum(g.detach().float().pow(2).sum() for g in grads)
+            count = sum(g.numel() for g in grads)
+            out[group] = torch.sqrt(torch.as_tensor(squares) / count)
+    return out
 
 
 class LayerStats:
@@ -47,13 +76,8 @@ class LayerStats:
         self._grad_rms: dict[str, torch.Tensor] = {}
 
     def before_step(self) -> None:
-        self._grad_rms.clear()
+        self._grad_rms = grad_rms(self.groups)
         for group, params in self.groups.items():
-            grads = [p.grad for p in params if p.grad is not None]
-            if grads:
-                squares = sum(g.detach().float().pow(2).sum() for g in grads)
-                count = sum(g.numel() for g in grads)
-                self._grad_rms[group] = torch.sqrt(torch.as_tensor(squares) / count)
             self._before[group] = [p.detach().clone() for p in params]
 
     def after_step(self) -> dict[str, torch.Tensor]:
@@ -96,12 +120,18 @@ class StallWatch:
         self._below = 0
         self._warned = False
 
-    def update(self, metrics: dict[str, torch.Tensor | float], updates: int) -> bool:
-        """Feed one update's metrics; returns True when it warned now."""
+    def update(self, metrics: dict[str, Any], updates: int, lr_scale: float = 1.0) -> bool:
+        """Feed one update's metrics; returns True when it warned now.
+
+        `lr_scale`: the learning rate of this update over the run's initial one. The ratio
+        is judged at the initial rate (divided by it): Adam's and RMSProp's steps are
+        proportional to the rate, so a rate decayed towards the end of a run is not a stall.
+        Below `MIN_LR_SCALE` nothing is judged (nor counted).
+        """
         value = metrics.get(f"layers/update_ratio/{self.group}")
-        if value is None:
+        if value is None or lr_scale < MIN_LR_SCALE:
             return False
-        ratio = float(value)
+        ratio = float(value) / lr_scale
         if math.isfinite(ratio) and ratio >= self.threshold:
             self._below, self._warned = 0, False
             return False

@@ -7,14 +7,15 @@ test mode as IMPALA (`gazelle.algorithms.runstate`, `telemetry`)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from gazelle.algorithms.a3c.loss import A3CLossSettings
+from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
 from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker
 from gazelle.algorithms.common import env_kwargs, prepare
 from gazelle.algorithms.preflight import check_wandb
@@ -25,6 +26,13 @@ from gazelle.algorithms.runstate import (
     restore,
     save,
     write_config,
+)
+from gazelle.algorithms.stops import (
+    RunStopped,
+    final_save,
+    stop_on_failure,
+    stop_on_os_error,
+    warn_on_error,
 )
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.backends.local.hogwild import SharedAdamServer
@@ -41,6 +49,8 @@ if TYPE_CHECKING:
 
 #: Seconds between two looks at the workers' events.
 POLL_S = 0.05
+#: Seconds between two `Fleet.check()` calls (on Ray, one call to the parameter server).
+CHECK_S = 1.0
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -67,7 +77,11 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
 def train(
     config: Config, on_progress: Callable[[dict[str, Any]], None] | None = None
 ) -> TrainResult:
-    """Train A3C with `config`; resumes from its logdir's checkpoint if there is one."""
+    """Train A3C with `config`; resumes from its logdir's checkpoint if there is one.
+
+    Raises `RunStopped` (one line; a final checkpoint written first, or a line saying why
+    not) when the workers' fleet or the parameter server fails, after
+    `--max-nonfinite-updates` skipped pushes in a row, or on a full disk."""
     if config.algo != "a3c":
         raise ConfigError("algo", config.algo, "a3c (this is A3C's loop)")
     check_wandb(config)
@@ -95,73 +109,139 @@ def train(
         returns = counters["returns"]
         server.load_weights(agent)
         episodes = counters["episodes"]
-        print(f"gazelle: resumed from {ckpt_path} at {server.frame_count:,} frames")
+        print(f"gazelle: resumed from {counters['source']} at {server.frame_count:,} frames")
     total = int(config.run.total_frames or 0)
     logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
     logger.load_returns_state(returns)
     write_config(logdir, config)
-    print(_describe(config, len(specs)))
+    print(describe(config, len(specs)))
     timings = Timings()
     telemetry = Telemetry(logger, timings, found.levels, found.action_repeats)
     telemetry.episodes = episodes
-    updates: list[dict[str, Any]] = []
-    start, start_frames = time.monotonic(), server.frame_count
+    run = _Run(config, agent, server, fleet, logger, telemetry, timings, found.levels)
+    watch = UpdateWatch(config, decay_frames)
     interrupted = False
-
-    def fps() -> float:
-        return (server.frame_count - start_frames) / max(time.monotonic() - start, 1e-9)
-
     fleet.start()
     try:
-        with interruptible():
-            deadline = start + (config.run.max_seconds or float("inf"))
-            last_log = last_ckpt = time.monotonic()
-            while server.frame_count < total and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-                events = fleet.poll()
-                updates += [e for e in events if e.get("type") == "update"]
-                telemetry.consume(
-                    [e for e in events if e.get("type") != "update"], server.frame_count
-                )
-                now = time.monotonic()
-                if now - last_log >= config.run.log_interval_s:
-                    _log(logger, server, updates, telemetry, timings, fps(), on_progress)
-                    updates, last_log = [], now
-                if now - last_ckpt >= config.run.checkpoint_interval_s:
-                    server.pull(agent)  # why: on Ray the global weights live elsewhere
-                    save(ckpt_path, config, agent, server, server.frame_count,
-                         server.step_count, telemetry.episodes, found.levels,
-                         logger.returns_state())  # fmt: skip
-                    last_ckpt = now
+        with interruptible(), stop_on_os_error():
+            _loop(run, watch, on_progress)
     except KeyboardInterrupt:
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
     finally:
-        fleet.close()
-        telemetry.consume(
-            [e for e in fleet.poll() if e.get("type") != "update"], server.frame_count
-        )
-        server.pull(agent)
-        save(ckpt_path, config, agent, server, server.frame_count, server.step_count,
-             telemetry.episodes, found.levels, logger.returns_state())  # fmt: skip
+        # why: each step warns in one line instead of raising over the error that may be on
+        # its way out (a dead server, a full disk).
+        warn_on_error("stopping the workers", fleet.close)
+        warn_on_error("reading the workers' last events", lambda: telemetry.consume(
+            [e for e in fleet.poll() if e.get("type") != "update"], run.frames))  # fmt: skip
+        with contextlib.suppress(RunStopped):  # why: `run.save` says it, once
+            run.read_counts()
+        final_save(ckpt_path, run.save)
         if hasattr(fleet, "shutdown"):
-            fleet.shutdown()
-        logger.progress(server.frame_count, fps(), {})
-        logger.console_line(
-            server.frame_count, fps(), force=True, actor_restarts=telemetry.restarts
-        )
-        logger.close()
+            warn_on_error("shutting the workers' backend down", fleet.shutdown)
+        fps = run.fps()
+        warn_on_error("the last progress row", lambda: logger.progress(run.frames, fps, {}))
+        logger.console_line(run.frames, fps, force=True, actor_restarts=telemetry.restarts)
+        warn_on_error("closing the logs", logger.close)
     return TrainResult(
-        frames=server.frame_count,
-        updates=server.step_count,
+        frames=run.frames,
+        updates=run.steps,
         episodes=telemetry.episodes,
         recent_return=logger.recent_return(),
         level_returns={level: logger.recent_return(level) for level in found.levels},
-        fps=fps(),
+        fps=run.fps(),
         logdir=logdir,
         interrupted=interrupted,
         actor_restarts=sum(fleet.restarts),
     )
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the loop watches, and the server's counts as last read (what a checkpoint says
+    once the server cannot be read any more)."""
+
+    config: Config
+    agent: Agent
+    server: ParameterServer
+    fleet: Fleet
+    logger: RunLogger
+    telemetry: Telemetry
+    timings: Timings
+    levels: list[str]
+    frames: int = 0
+    steps: int = 0
+    start_time: float = dataclasses.field(default_factory=time.monotonic)
+    start_frames: int = 0
+
+    def __post_init__(self) -> None:
+        self.read_counts()
+        self.start_frames = self.frames
+
+    def read_counts(self) -> None:
+        with stop_on_failure("the A3C parameter server"):
+            self.frames, self.steps = self.server.frame_count, self.server.step_count
+
+    def fps(self) -> float:
+        return (self.frames - self.start_frames) / max(time.monotonic() - self.start_time, 1e-9)
+
+    def save(self) -> None:
+        """A checkpoint of the global weights and Adam's state, as the server has them."""
+        # why: every read of the server first (on Ray each is a call that fails once it is
+        # dead), so that only the write itself can fail in `save` (a full disk: its own
+        # message).
+        with stop_on_failure("the A3C parameter server"):
+            self.server.pull(self.agent)  # why: on Ray the global weights live elsewhere
+            frames, steps = self.server.frame_count, self.server.step_count
+            adam = _Snapshot(self.server.state_dict())
+        ckpt = Path(self.config.run.logdir) / CHECKPOINT_FILE
+        save(ckpt, self.config, self.agent, adam, frames, steps, self.telemetry.episodes,
+             self.levels, self.logger.returns_state())  # fmt: skip
+
+
+class _Snapshot:
+    """The server's optimiser state, read once, for `save`."""
+
+    def __init__(self, state: dict[str, object]) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict[str, object]:
+        return self.state
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.state = state
+
+
+def _loop(
+    run: _Run, watch: UpdateWatch, on_progress: Callable[[dict[str, Any]], None] | None
+) -> None:
+    """Until the budget or `--max-seconds`: the workers' events to the logs, the fleet
+    supervised and checked, periodic checkpoints."""
+    config, fleet = run.config, run.fleet
+    total = int(config.run.total_frames or 0)
+    deadline = run.start_time + (config.run.max_seconds or float("inf"))
+    last_log = last_ckpt = last_check = time.monotonic()
+    while run.frames < total and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        now = time.monotonic()
+        # why: poll replaces dead and hung (silent for --actor-timeout-s) workers; check
+        # raises if a part the run cannot go on without (the parameter server) died. Any
+        # failure of either ends the run in one line, with a final checkpoint.
+        with stop_on_failure("the A3C workers' fleet"):
+            events = fleet.poll()
+            if now - last_check >= CHECK_S:
+                fleet.check()
+                last_check = now
+        run.read_counts()
+        watch.consume([e for e in events if e.get("type") == "update"], run.frames, run.steps)
+        run.telemetry.consume([e for e in events if e.get("type") != "update"], run.frames)
+        if now - last_log >= config.run.log_interval_s:
+            log_progress(run.logger, run.frames, run.steps, watch.take(), run.telemetry,
+                         run.timings, run.fps(), on_progress)  # fmt: skip
+            last_log = now
+        if now - last_ckpt >= config.run.checkpoint_interval_s:
+            run.save()
+            last_ckpt = now
 
 
 def _workers(
@@ -190,53 +270,3 @@ def _workers(
     )
     fleet = TaskFleet(specs, run_worker, (server, settings), actor_timeout_s=actors.actor_timeout_s)
     return server, fleet
-
-
-def _log(
-    logger: RunLogger,
-    server: ParameterServer,
-    updates: list[dict[str, Any]],
-    telemetry: Telemetry,
-    timings: Timings,
-    fps: float,
-    on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
-    """One progress row: the mean of the workers' update summaries since the last row."""
-    frames = server.frame_count
-    names = [k for k in (updates[0] if updates else {}) if "/" in k]
-    scalars: dict[str, float] = {
-        name: float(np.mean([u[name] for u in updates if name in u])) for name in names
-    }
-    scalars.update(
-        {
-            "charts/fps": fps,
-            "charts/updates": float(server.step_count),
-            "charts/skipped_updates": float(sum(u.get("skipped", 0.0) for u in updates)),
-            "charts/actor_restarts": float(telemetry.restarts),
-            "charts/actors_hung": float(telemetry.hung),
-            "charts/env_errors": float(telemetry.env_errors),
-            **timings.means(),
-            **telemetry.scores(),
-            **telemetry.level_metrics(),
-        }
-    )
-    logger.scalars(scalars, frames)
-    logger.progress(frames, fps, scalars)
-    logger.console_line(frames, fps, actor_restarts=telemetry.restarts)
-    timings.reset()
-    if on_progress is not None:
-        on_progress(
-            {"frames": frames, "fps": fps, "time": time.monotonic(),
-             "updates": server.step_count, "episode_return": logger.recent_return()}
-        )  # fmt: skip
-
-
-def _describe(config: Config, workers: int) -> str:
-    a3c, env = config.a3c, config.env
-    return (
-        f"gazelle: a3c on {env.id}: model={config.model.torso} workers={workers}x"
-        f"{config.actors.envs_per_actor} envs frames={env.atari_frames or 'as the env'} "
-        f"T={a3c.unroll_length} adam lr={a3c.learning_rate:g} gamma={a3c.discounting} "
-        f"lambda={a3c.gae_lambda} entropy={a3c.entropy_cost} clip={a3c.grad_norm_clip} "
-        f"total_frames={config.run.total_frames:,}"
-    )

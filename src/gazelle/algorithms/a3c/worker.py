@@ -27,6 +27,7 @@ from gazelle.algorithms.a3c.rollouts import QueueWriter, pull_rollouts
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.interfaces import ParameterServer, WorkerContext
+from gazelle.runtime.layer_stats import grad_rms, parameter_groups
 from gazelle.runtime.policy import LocalPolicy
 
 
@@ -64,8 +65,10 @@ def train_step(
     worker: int,
 ) -> dict[str, float]:
     """One A3C update: sync, loss, gradient, clip, push. Returns the seed's summaries
-    (losses and entropy per sample, gradient and weight global norms) and the step; a
-    non-finite loss or gradient is not pushed (`skipped` 1)."""
+    (losses and entropy per sample, gradient and weight global norms), the layer stats of
+    the update (`layers/grad_rms/<group>` of the clipped gradient, measured here;
+    `layers/update_ratio/<group>`, measured by the server where the step is applied) and the
+    step; a non-finite loss or gradient is not pushed (`skipped` 1, no layer stats)."""
     server.pull(local)
     loss, metrics = a3c_loss(local, rollout, settings.loss)
     local.zero_grad(set_to_none=True)
@@ -86,9 +89,12 @@ def train_step(
     }
     if not (math.isfinite(float(loss.detach())) and math.isfinite(grad_norm)):
         return {**out, "skipped": 1.0, "step": float(server.step_count)}
-    step = server.push([p.grad for p in params], worker)
+    layers = {
+        f"layers/grad_rms/{g}": float(v) for g, v in grad_rms(parameter_groups(local)).items()
+    }
+    step, ratios = server.push_measured([p.grad for p in params], worker)
     server.add_frames(worker, samples * settings.action_repeats)
-    return {**out, "skipped": 0.0, "step": float(step)}
+    return {**out, **layers, **ratios, "skipped": 0.0, "step": float(step)}
 
 
 def run_worker(

@@ -15,7 +15,6 @@ import torch
 
 from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
 from gazelle.algorithms.impala.report import (
-    NonFiniteError,
     console_extras,
     describe,
     inference_metrics,
@@ -31,6 +30,7 @@ from gazelle.algorithms.runstate import (
     save,
     write_config,
 )
+from gazelle.algorithms.stops import NonFiniteError, final_save, stop_on_os_error, warn_on_error
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.backends.local.layout import is_per_unroll
 from gazelle.config import Config
@@ -111,7 +111,7 @@ def train(
     if cfg.run.resume and ckpt_path.exists():
         counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
         print(
-            f"gazelle: resumed from {ckpt_path} at {counters['frames']:,} frames "
+            f"gazelle: resumed from {counters['source']} at {counters['frames']:,} frames "
             f"({counters['updates']} updates)"
         )
     logger = open_run_logger(
@@ -136,7 +136,7 @@ def train(
     state = _LoopState(counters["frames"], counters["updates"])
     interrupted = False
     try:
-        with interruptible():
+        with interruptible(), stop_on_os_error():
             _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
     except KeyboardInterrupt:
         interrupted = True
@@ -146,21 +146,25 @@ def train(
         transport.fleet.close()
         # why: the events actors sent while the loop ended still carry finished episodes.
         telemetry.consume(transport.fleet.poll(), state.frames)
-        save(
+        final_save(
             ckpt_path,
-            cfg,
-            run.agent,
-            run.optimizer,
-            state.frames,
-            state.updates,
-            telemetry.episodes,
-            run.levels,
-            logger.returns_state(),
+            lambda: save(
+                ckpt_path,
+                cfg,
+                run.agent,
+                run.optimizer,
+                state.frames,
+                state.updates,
+                telemetry.episodes,
+                run.levels,
+                logger.returns_state(),
+            ),
         )
         fps = state.fps()
-        logger.progress(state.frames, fps, {k: float(v) for k, v in state.metrics.items()})
+        metrics = {k: float(v) for k, v in state.metrics.items()}
+        warn_on_error("the last progress row", lambda: logger.progress(state.frames, fps, metrics))
         logger.console_line(state.frames, fps, force=True, **console_extras(state, telemetry))
-        logger.close()
+        warn_on_error("closing the logs", logger.close)
     return TrainResult(
         frames=state.frames,
         updates=state.updates,
@@ -229,7 +233,7 @@ def _loop(
             state.updates += 1
             transport.params.publish(run.agent, state.updates)
         timings.add("learner", time.perf_counter() - t1)
-        stall.update(metrics, state.updates)
+        stall.update(metrics, state.updates, lr_scale=lr / run.learning_rate)
         state.metrics = {
             **metrics,
             "charts/learning_rate": lr,

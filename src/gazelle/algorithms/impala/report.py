@@ -9,30 +9,19 @@ from typing import Any
 
 import numpy as np
 
+from gazelle.algorithms import stops
 from gazelle.algorithms.impala.build import ImpalaRun
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.logging import RunLogger, Timings
 
 
-class NonFiniteError(RuntimeError):
-    """Too many updates in a row had a non-finite loss or gradient."""
-
-
 def report_nonfinite(run: ImpalaRun, frames: int) -> None:
-    """Report a skipped update; stop the run after `--max-nonfinite-updates` in a row."""
-    learner, limit = run.learner, run.config.run.max_nonfinite_updates
-    print(
-        f"\ngazelle: warning: non-finite loss or gradient at {frames:,} frames; update "
-        f"skipped ({learner.skipped_in_a_row} in a row, {learner.skipped} in all), weights "
-        "and optimiser state unchanged"
+    """Report a skipped update; stop the run after `--max-nonfinite-updates` in a row (the
+    same words and limit as A3C's workers: `gazelle.algorithms.stops`)."""
+    learner = run.learner
+    stops.report_nonfinite(
+        learner.skipped_in_a_row, learner.skipped, run.config.run.max_nonfinite_updates, frames
     )
-    if learner.skipped_in_a_row >= limit:
-        raise NonFiniteError(
-            f"{learner.skipped_in_a_row} updates in a row had a non-finite loss or gradient "
-            f"(--max-nonfinite-updates {limit}); stopping. The checkpoint keeps the last "
-            "good weights; try a lower --learning-rate, --grad-norm-clip, or check the env's "
-            "rewards and observations"
-        )
 
 
 def inference_metrics(stats: dict[str, float], seen: dict[str, float]) -> dict[str, float]:

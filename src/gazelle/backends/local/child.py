@@ -1,12 +1,21 @@
 """The child's side of a `ProcessFleet`: its entry point (`child_main`), what a process gets
 to talk to its fleet (`ChildLink`) and the helpers it builds from it (`ChildContext`: report
 events, beat, see whether to stop; `run_work`: a `TaskFleet` process running the work it was
-handed)."""
+handed).
+
+A child dies with its trainer, even blocked in an env or stopped (SIGSTOP): on Linux it asks
+the kernel for SIGKILL when its parent goes (`die_with_parent`); everywhere, it also sees a
+changed parent pid whenever it looks at the stop event (the only way on macOS, and only for
+a child that still runs).
+"""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,12 +26,42 @@ from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
 from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import Work
 
+#: `prctl` option: the signal this process gets when its parent thread ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent ends (Linux `PR_SET_PDEATHSIG`);
+    returns False when the parent (`parent_pid`) is already gone, True otherwise (also where
+    the kernel cannot do it: there the parent-pid poll of `ChildContext` remains).
+
+    SIGKILL, because it ends a stopped (SIGSTOP) or blocked child too. The kernel sends it
+    when the *thread* that started this process ends, not its process: the fleet asks for
+    it only for children started by the main thread (`ProcessFleet._start`), whose end is
+    the process's.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl here: the poll remains
+    # why: a parent that died before the call above left us re-parented, and the kernel
+    # will never signal us for it; only the pid tells.
+    return os.getppid() == parent_pid
+
 
 def child_main(
-    registrations: Registrations, target: Callable[..., None], args: tuple[Any, ...]
+    registrations: Registrations,
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    parent_pid: int | None = None,
 ) -> None:
-    """Every child process starts here: the parent's registered torsos and envs first
-    (`gazelle.registrations`), then `target(*args)`."""
+    """Every child process starts here: first, when `parent_pid` is given, it arranges to
+    die with that parent (`die_with_parent`; it returns at once if the parent is gone); then
+    the parent's registered torsos and envs (`gazelle.registrations`); then `target(*args)`."""
+    if parent_pid is not None and not die_with_parent(parent_pid):
+        return
     # why: a spawned child imports gazelle afresh; what the user registered in the parent
     # (perhaps under `if __name__ == "__main__":`, which the child does not run) must be in
     # place before the child builds its agent or its envs.
@@ -38,6 +77,8 @@ class ChildLink:
     event_writer: Any
     heartbeats: torch.Tensor
     index: int
+    #: The fleet's process (None: the parent this child sees at its start).
+    parent_pid: int | None = None
 
 
 class ChildContext:
@@ -47,7 +88,7 @@ class ChildContext:
     def __init__(self, link: ChildLink) -> None:
         self.link = link
         self.report = event_sender(link.event_writer)
-        self._parent = os.getppid()
+        self._parent = link.parent_pid if link.parent_pid is not None else os.getppid()
 
     def should_stop(self) -> bool:
         # why: a trainer killed with SIGKILL never sets the stop event; an orphan is

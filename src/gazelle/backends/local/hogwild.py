@@ -42,6 +42,8 @@ class SharedAdamServer:
     ) -> None:
         module.share_memory()
         self.params = [p for p in module.parameters() if p.requires_grad]
+        #: Each parameter's layer group (`gazelle.runtime.layer_stats.parameter_groups`).
+        self.groups = [n.split(".", 1)[0] for n, p in module.named_parameters() if p.requires_grad]
         self.exp_avg = [torch.zeros_like(p).share_memory_() for p in self.params]
         self.exp_avg_sq = [torch.zeros_like(p).share_memory_() for p in self.params]
         # why: one counter per worker, each written by its worker only: no increment is
@@ -90,23 +92,56 @@ class SharedAdamServer:
                 if shared.data_ptr() != local.data_ptr():
                     shared.copy_(local)
 
-    @torch.no_grad()
     def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
         """Apply one Adam step with a worker's gradients (same order as the parameters;
         None: no gradient); returns the step count after it."""
+        return self._step(grads, worker, None)
+
+    def push_measured(
+        self, grads: Sequence[torch.Tensor | None], worker: int
+    ) -> tuple[int, dict[str, float]]:
+        """`push`, and what the step did per layer group: `layers/update_ratio/<group>`, the
+        norm of this step over the group's weight norm before it (`gazelle.runtime.
+        layer_stats`). Measured on the step itself, so other workers' writes at the same
+        moment do not count."""
+        sums: dict[str, list[float]] = {}
+        step = self._step(grads, worker, sums)
+        return step, {
+            f"layers/update_ratio/{group}": math.sqrt(update) / max(math.sqrt(weight), 1e-12)
+            for group, (update, weight) in sums.items()
+        }
+
+    @torch.no_grad()
+    def _step(
+        self,
+        grads: Sequence[torch.Tensor | None],
+        worker: int,
+        sums: dict[str, list[float]] | None,
+    ) -> int:
+        """One Adam step; with `sums`, adds each group's `[update norm², weight norm²]`."""
         self.steps[worker] += 1
         step = self.step_count
         beta1, beta2 = self.betas
         bias1 = 1.0 - beta1**step
         bias2 = 1.0 - beta2**step
         lr = self.learning_rate()
-        for param, grad, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+        for param, grad, m, v, group in zip(
+            self.params, grads, self.exp_avg, self.exp_avg_sq, self.groups
+        ):
             if grad is None:
                 continue
             m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
             denom = (v / bias2).sqrt_().add_(self.eps)
-            param.addcdiv_(m, denom, value=-lr / bias1)
+            if sums is None:
+                param.addcdiv_(m, denom, value=-lr / bias1)
+                continue
+            # why: the step as its own tensor, to measure it: one more [param] buffer.
+            delta = (m / denom).mul_(lr / bias1)
+            total = sums.setdefault(group, [0.0, 0.0])
+            total[0] += float(delta.pow(2).sum())
+            total[1] += float(param.pow(2).sum())
+            param.sub_(delta)
         return step
 
     def state_dict(self) -> dict[str, object]:

@@ -12,6 +12,8 @@ registered torsos and envs (`gazelle.registrations`).
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -95,11 +97,20 @@ class ProcessFleet:
                 spec, seed=spec.seed + RESTART_SEED_STRIDE * self.restarts[index]
             )
         event_reader, event_writer = self.ctx.Pipe(duplex=False)
-        link = ChildLink(self.stop_event, event_writer, self.heartbeats, index)
+        link = ChildLink(self.stop_event, event_writer, self.heartbeats, index, os.getpid())
         self._to_close: list[Any] = [event_writer]
+        # why: the kernel's parent-death signal follows the thread that starts the child,
+        # so a child started by another thread (which may end before the run) must not ask
+        # for it; such a child still sees a changed parent pid (ChildContext.should_stop).
+        main = threading.current_thread() is threading.main_thread()
         process = self.ctx.Process(
             target=child_main,
-            args=(registrations.capture(), self._target(), self._args(index, spec, link)),
+            args=(
+                registrations.capture(),
+                self._target(),
+                self._args(index, spec, link),
+                os.getpid() if main else None,
+            ),
             name=f"gazelle-{self.kind}-{spec.actor_id}",
             daemon=True,
         )

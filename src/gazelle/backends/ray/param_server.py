@@ -39,6 +39,12 @@ class ParameterServerHost:
     def push(self, grads: list[np.ndarray | None], worker: int) -> int:
         return self.adam.push([None if g is None else torch.from_numpy(g) for g in grads], worker)
 
+    def push_measured(
+        self, grads: list[np.ndarray | None], worker: int
+    ) -> tuple[int, dict[str, float]]:
+        tensors = [None if g is None else torch.from_numpy(g) for g in grads]
+        return self.adam.push_measured(tensors, worker)
+
     def add_frames(self, worker: int, frames: int) -> None:
         self.adam.add_frames(worker, frames)
 
@@ -102,6 +108,14 @@ class RayParameterServer:
     def push(self, grads: Sequence[torch.Tensor | None], worker: int) -> int:
         arrays = [None if g is None else g.detach().cpu().numpy() for g in grads]
         return int(self._get(self.handle.push.remote(arrays, worker)))
+
+    def push_measured(
+        self, grads: Sequence[torch.Tensor | None], worker: int
+    ) -> tuple[int, dict[str, float]]:
+        """`push`, and the update ratio of the step it applied per layer group."""
+        arrays = [None if g is None else g.detach().cpu().numpy() for g in grads]
+        step, stats = self._get(self.handle.push_measured.remote(arrays, worker))
+        return int(step), dict(stats)
 
     def add_frames(self, worker: int, frames: int) -> None:
         self._get(self.handle.add_frames.remote(worker, frames))

@@ -1,0 +1,101 @@
+"""A3C's loop's reporting: what it makes of its workers' update events (non-finite pushes,
+the stall watch, progress rows) and its first log line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gazelle.algorithms.stops import NonFiniteCount
+from gazelle.algorithms.telemetry import Telemetry
+from gazelle.config import Config
+from gazelle.logging import RunLogger, Timings
+from gazelle.runtime.layer_stats import StallWatch
+
+
+class UpdateWatch:
+    """Watches the workers' "update" events as IMPALA's loop watches its learner steps:
+    `--max-nonfinite-updates` pushes skipped in a row stop the run (`NonFiniteError`), and a
+    torso whose updates stay below the stall ratio is warned about (`StallWatch`).
+
+    Events come per worker; "in a row" counts them in the order the loop receives them.
+    """
+
+    def __init__(self, config: Config, decay_frames: int | None) -> None:
+        self.nonfinite = NonFiniteCount(config.run.max_nonfinite_updates)
+        self.stall = StallWatch()
+        self.decay_frames = decay_frames
+        self.pending: list[dict[str, Any]] = []  # since the last progress row
+
+    def lr_scale(self, frames: int) -> float:
+        """The learning rate now over its initial value (linear decay, or 1)."""
+        if not self.decay_frames:
+            return 1.0
+        return max(0.0, 1.0 - frames / self.decay_frames)
+
+    def consume(self, updates: list[dict[str, Any]], frames: int, steps: int) -> None:
+        """Count each update event; raises `NonFiniteError` at the limit."""
+        scale = self.lr_scale(frames)
+        for update in updates:
+            self.nonfinite.record(bool(update.get("skipped")), frames)
+            self.stall.update(update, steps, lr_scale=scale)
+        self.pending += updates
+
+    def take(self) -> list[dict[str, Any]]:
+        updates, self.pending = self.pending, []
+        return updates
+
+
+def log_progress(
+    logger: RunLogger,
+    frames: int,
+    steps: int,
+    updates: list[dict[str, Any]],
+    telemetry: Telemetry,
+    timings: Timings,
+    fps: float,
+    on_progress: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """One progress row: the mean of the workers' update summaries since the last row (the
+    layer stats among them)."""
+    names = sorted({k for u in updates for k in u if "/" in k})
+    scalars: dict[str, float] = {
+        name: float(np.mean([u[name] for u in updates if name in u])) for name in names
+    }
+    scalars.update(
+        {
+            "charts/fps": fps,
+            "charts/updates": float(steps),
+            "charts/skipped_updates": float(sum(u.get("skipped", 0.0) for u in updates)),
+            "charts/actor_restarts": float(telemetry.restarts),
+            "charts/actors_hung": float(telemetry.hung),
+            "charts/env_errors": float(telemetry.env_errors),
+            **timings.means(),
+            **telemetry.scores(),
+            **telemetry.level_metrics(),
+        }
+    )
+    logger.scalars(scalars, frames)
+    logger.progress(frames, fps, scalars)
+    logger.console_line(frames, fps, actor_restarts=telemetry.restarts)
+    timings.reset()
+    if on_progress is not None:
+        on_progress(
+            {"frames": frames, "fps": fps, "time": time.monotonic(), "updates": steps,
+             "episode_return": logger.recent_return()}
+        )  # fmt: skip
+
+
+def describe(config: Config, workers: int) -> str:
+    """The first log line."""
+    a3c, env = config.a3c, config.env
+    return (
+        f"gazelle: a3c on {env.id}: model={config.model.torso} workers={workers}x"
+        f"{config.actors.envs_per_actor} envs frames={env.atari_frames or 'as the env'} "
+        f"T={a3c.unroll_length} adam lr={a3c.learning_rate:g} gamma={a3c.discounting} "
+        f"lambda={a3c.gae_lambda} entropy={a3c.entropy_cost} clip={a3c.grad_norm_clip} "
+        f"total_frames={config.run.total_frames:,}"
+    )

@@ -1,0 +1,104 @@
+"""A3C's loop watches its fleet and its parameter server as IMPALA's does: a stopped worker is
+found by its heartbeat, killed and replaced; a fleet or server that fails ends the run with
+one line and a final checkpoint (or one line saying why there is none)."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from gazelle import checkpoint
+from gazelle.algorithms.a3c import train
+from gazelle.algorithms.stops import RunStopped
+from gazelle.backends.local.hogwild import SharedAdamServer
+from gazelle.backends.local.process import TaskFleet
+from gazelle.cli import main
+from test_reliability import _alive
+
+
+def worker_pids():
+    import multiprocessing
+
+    return [
+        p.pid for p in multiprocessing.active_children() if p.name.startswith("gazelle-worker-")
+    ]
+
+
+@pytest.mark.slow
+def test_a_stopped_a3c_worker_is_found_killed_and_replaced(small_config, capsys):
+    stopped = []
+
+    def stop_one(progress):
+        pids = worker_pids()
+        if not stopped and progress["updates"] > 0 and pids:
+            os.kill(pids[0], signal.SIGSTOP)
+            stopped.append(pids[0])
+
+    # why: 10 s, not the default 120: small enough for a test, large enough that a loaded
+    # machine's slow start of a worker is not taken for a hang too often.
+    config = small_config(algo="a3c", total_frames=20_000, actor_timeout_s=10.0,
+                          log_interval_s=0.3)  # fmt: skip
+    result = train(config, on_progress=stop_one)
+    assert stopped and result.frames >= 20_000
+    assert result.actor_restarts >= 1
+    out = capsys.readouterr().out
+    assert "gave no sign of life for" in out and "killed; it is replaced" in out
+    assert not _alive(stopped[0])  # the stopped worker is gone, not left behind
+
+
+def failing_check(fleet):
+    """`Fleet.check` that raises once the workers have trained, as a Ray fleet's does once
+    the parameter server actor is dead."""
+    server = fleet.args[0]
+    if server.step_count > 0:
+        raise RuntimeError("the A3C parameter server died; the run cannot go on:\nTrace")
+
+
+@pytest.mark.slow
+def test_a_failed_fleet_check_ends_the_run_in_one_line_with_a_final_checkpoint(
+    small_config, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(TaskFleet, "check", failing_check)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--algo", "a3c", "--env", "CartPole-v1", "--num-actors", "2",
+              "--envs-per-actor", "2", "--unroll-length", "10", "--total-frames", "1e9",
+              "--logdir", str(tmp_path), "--checkpoint-interval-s", "1000"])  # fmt: skip
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("gazelle train: error: the A3C workers' fleet failed: RuntimeError: ")
+    assert "parameter server died" in err and "\n" not in err
+    assert "Traceback" not in captured.out + captured.err
+    state = checkpoint.load(tmp_path / "checkpoint.pt")  # the final one: no periodic save
+    assert state["frames"] > 0 and state["updates"] > 0
+
+
+@pytest.mark.slow
+def test_a_server_that_cannot_be_read_ends_the_run_and_keeps_the_last_checkpoint(
+    small_config, tmp_path, monkeypatch, capsys
+):
+    """A dead parameter server (on Ray, `RayActorError` from every call) cannot give the
+    final checkpoint its weights: the run says so in one line and keeps the last one."""
+    frame_count = SharedAdamServer.frame_count
+    saved = tmp_path / "checkpoint.pt"
+    trained_since = []
+
+    def dies_after_a_save(server):
+        frames = frame_count.fget(server)
+        if frames > 0 and not trained_since:
+            trained_since.append(time.time())
+        # why: a periodic checkpoint written after the first read of frames (a save reads
+        # them right before it writes), so one with frames in it
+        if trained_since and saved.exists() and saved.stat().st_mtime > trained_since[0]:
+            raise ConnectionError("the server's process is gone")
+        return frames
+
+    monkeypatch.setattr(SharedAdamServer, "frame_count", property(dies_after_a_save))
+    config = small_config(algo="a3c", total_frames=10**9, checkpoint_interval_s=1.0)
+    with pytest.raises(RunStopped, match="the A3C parameter server failed: ConnectionError"):
+        train(config)
+    out = capsys.readouterr().out
+    assert "warning: the final checkpoint failed: RunStopped: the A3C parameter server" in out
+    assert "keeps the last one written" in out
+    assert checkpoint.load(tmp_path / "checkpoint.pt")["frames"] > 0
