@@ -3,6 +3,7 @@
 As the seed's test mode: the checkpoint's agent acts (sampling from its policy, or greedy on
 request) in each level with the test-mode env config (DMLab: hold-out levels and the fixed
 mixer seed; `dmlab30` maps to the 30 test levels); prints the mean return per level and the
+mean over levels of their mean returns (a multi-task run's summary) and the
 human-normalised score where the levels have reference scores, and writes
 `test_results.json` in the run's directory.
 """
@@ -94,7 +95,8 @@ def evaluate(
     Returns:
         `{"levels": {level: {"mean_return", "std_return", "returns"[, "videos"]}},
         "episodes_per_level", "greedy", "frames_trained", "provenance"}`, plus
-        `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
+        `mean_level_return` (the mean of the levels' mean returns) with more than one
+        level, `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
         reference scores; the same dict is written to `logdir/test_results.json`.
 
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
@@ -155,6 +157,10 @@ def evaluate(
             results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
             if verbose:
                 print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
+    if len(levels) > 1:
+        results["mean_level_return"] = scores.mean_level_return(level_returns)
+        if verbose:
+            print(f"mean over the {len(levels)} levels: {results['mean_level_return']:.2f}")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
             level_returns, per_level_cap=None

@@ -46,19 +46,27 @@ class Telemetry:
         return metrics
 
     def scores(self) -> dict[str, float]:
-        """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
-        every level is in a score table and has returns; {} otherwise."""
+        """Once every level has returns: a multi-task run's summary, the mean over levels of
+        their recent mean returns (`scores/mean_level_return`), and the human-normalised
+        scores where every level is in a score table (Atari / DMLab-30); {} before."""
         from gazelle.envs import scores
 
         returns = self.logger.level_returns()
         if len(returns) < len(self.levels) or not all(returns.values()):
             return {}
+        summary: dict[str, float] = {}
+        if len(self.levels) > 1:
+            summary["scores/mean_level_return"] = scores.mean_level_return(returns)
         try:
             no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
             cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
         except (KeyError, ValueError):
-            return {}
-        return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+            return summary
+        return {
+            **summary,
+            "scores/human_normalized_no_cap": no_cap,
+            "scores/human_normalized_cap_100": cap,
+        }
 
     def consume(self, events: list[dict[str, Any]], frames: int) -> None:
         """Log each event at the learner's current `frames`."""
