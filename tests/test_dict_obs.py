@@ -100,11 +100,17 @@ def test_minigrid_through_the_generic_path():
     agent = Agent(spec, torso="shallow")
     assert agent._upscale["image"] == 3  # why: the shallow torso takes at least 20x20
     with SerialEnvs([lambda: make("MiniGrid-Empty-5x5-v0", preset="raw")], seeds=[0]) as envs:
-        obs = ObsEncoder(spec)(envs.reset())
-        out, _ = agent.act(obs, *_first_inputs(1), agent.initial_state(1))
-        assert out.policy_logits.shape == (1, 7)
-        step = envs.step(out.action.numpy())
-        assert step.obs["mission"] == ["get to the green goal square"]
+        encode, state = ObsEncoder(spec), agent.initial_state(1)
+        obs, (last_action, reward, done) = encode(envs.reset()), _first_inputs(1)
+        for _ in range(5):  # why: a few steps, the LSTM state carried
+            out, state = agent.act(obs, last_action, reward, done, state)
+            assert out.policy_logits.shape == (1, 7)
+            step = envs.step(out.action.numpy())
+            assert step.obs["mission"] == ["get to the green goal square"]
+            assert step.obs["image"].shape == (1, 3, 7, 7) and step.obs["image"].any()
+            obs, last_action = encode(step.obs), out.action
+            reward = torch.as_tensor(step.reward).float()
+            done = torch.as_tensor(step.terminated | step.truncated)
     env.close()
 
 
