@@ -203,3 +203,18 @@ def test_withholding_a_key_drops_it_everywhere():
 
 def _batch_of_one(obs):
     return {k: [v] if isinstance(v, str) else np.asarray(v)[None] for k, v in obs.items()}
+
+
+def test_raw_obs_takes_minigrid_through_the_generic_path_from_the_config():
+    """--raw-obs: the run's probe, actors and test mode make the env with preset="raw" (its
+    own Dict), not the BabyAI family's frame and instruction."""
+    from gazelle.algorithms.common import env_kwargs, probe
+
+    config = Config.of(env="MiniGrid-Empty-5x5-v0", raw_obs=True)
+    assert env_kwargs(config)["preset"] == "raw"
+    assert probe(config).obs_spec.names == ("direction", "image", "mission")
+    assert probe(config.replace(raw_obs=False)).obs_spec.names == ("frame", "instruction")
+    with pytest.raises(ConfigError, match="--raw-obs"):
+        from gazelle.config import validate
+
+        validate(Config.of(env="ALE/Pong-v5", raw_obs=True, atari_frames="universe"))

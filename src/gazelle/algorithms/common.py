@@ -51,6 +51,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["full_action_space"] = True
     if env.atari_frames is not None:
         kwargs["preset"] = env.atari_frames
+    if env.raw_obs:
+        kwargs["preset"] = "raw"  # why: every family's make takes it: the generic adapter
     return kwargs
 
 
@@ -110,7 +112,8 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     """Validate, probe the env, resolve every unset field; seed the learner's RNGs."""
     validate(config)
     found = probe(config)
-    if config.env.atari_frames is None and found.atari_frames is not None:
+    raw = config.env.raw_obs  # why: Atari's frames are then "raw", not a preprocessing
+    if config.env.atari_frames is None and found.atari_frames is not None and not raw:
         config = config.replace(atari_frames=found.atari_frames)
     if config.env.full_action_space is None:
         config = config.replace(full_action_space=found.full_action_space)

@@ -41,6 +41,10 @@ class EnvConfig:
     atari_frames: str | None = None
     """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
     (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""
+    raw_obs: bool = False
+    """The env's own observations through the generic adapter instead of its family's
+    preprocessing: MiniGrid's Dict (image, direction, mission) instead of BabyAI's frame and
+    instruction, ViZDoom's own env (screen, gamevariables), Atari's RGB screen."""
 
 
 @dataclass(frozen=True)
