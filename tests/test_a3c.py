@@ -56,7 +56,7 @@ def test_the_loss_is_the_seeds_on_one_rollout():
                               (batch["state_h"], batch["state_c"]))  # fmt: skip
     values, logits = out.baseline.numpy(), out.policy_logits
     gamma, lam = LOSS.discounting, LOSS.gae_lambda
-    expected = 0.0
+    expected, terms = 0.0, np.zeros(3)  # the loss; policy, value and entropy sums
     for env in range(E):
         rewards = batch["reward"][1:, env].numpy()
         v = values[:, env]
@@ -73,8 +73,10 @@ def test_the_loss_is_the_seeds_on_one_rollout():
         vf_loss = 0.5 * np.sum((v[:T] - ret) ** 2)
         entropy = -np.sum(p * logp)
         expected += pi_loss + 0.5 * vf_loss - 0.01 * entropy
+        terms += (pi_loss, vf_loss, -entropy)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
-    assert float(metrics["losses/policy"]) != 0.0
+    got = [float(metrics[k]) for k in ("losses/policy", "losses/baseline", "losses/entropy")]
+    assert got == pytest.approx(terms.tolist(), rel=1e-4, abs=1e-6)
 
 
 def test_one_update_is_a_hand_computed_adam_step_on_the_clipped_gradient():
@@ -124,29 +126,54 @@ def test_the_learning_rate_decays_linearly_over_the_frames_when_asked():
     assert decayed.learning_rate() == 0.0
 
 
-def _push_many(server, worker, count):
-    grads = [torch.ones_like(p) * 1e-3 for p in server.params]
+class OneCellServer(SharedAdamServer):
+    """The control: the step count as one cell that every worker reads, adds to and writes
+    back (what a shared counter without an atomic add does)."""
+
+    def _step(self, grads, worker, sums):
+        count = int(self.steps[0])
+        self.steps[0] = count + 1
+        return count + 1
+
+
+def _push_many(server, worker, count, barrier):
+    barrier.wait()  # why: both workers push at the same time, or nothing can race
+    no_grads = [None] * len(server.params)  # why: the step is then its counting alone
     for _ in range(count):
-        server.push(grads, worker)
+        server.push(no_grads, worker)
+        server.add_frames(worker, 80)  # the seed's global step: frames, one rollout's
+
+
+def _two_workers_push(server, count):
+    barrier = CTX.Barrier(2)
+    workers = [CTX.Process(target=_push_many, args=(server, w, count, barrier)) for w in range(2)]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(120)
+        assert p.exitcode == 0
 
 
 @pytest.mark.slow
 def test_two_workers_updating_the_shared_adam_lose_no_step_count():
-    agent = Agent(SPEC, "mlp", core_size=8)
-    server = SharedAdamServer(agent, num_workers=2, lr=1e-3)
-    workers = [CTX.Process(target=_push_many, args=(server, w, 400)) for w in range(2)]
-    for p in workers:
-        p.start()
-    for p in workers:
-        p.join(60)
-        assert p.exitcode == 0
-    assert server.step_count == 800 and server.steps.tolist() == [400, 400]
+    """Two processes push at once, as fast as they can, to the same shared Adam: none of
+    their steps and frames is lost. The same two workers lose steps on a server whose count
+    is one shared cell (the control: so this test can fail)."""
+    count = 20_000
+    server = SharedAdamServer(Agent(SPEC, "mlp", core_size=8), num_workers=2, lr=1e-3)
+    _two_workers_push(server, count)
+    assert server.step_count == 2 * count and server.steps.tolist() == [count, count]
+    assert server.frame_count == 2 * count * 80
+    control = OneCellServer(Agent(SPEC, "mlp", core_size=8), num_workers=2, lr=1e-3)
+    _two_workers_push(control, count)
+    assert control.step_count < 2 * count, "the control lost no step: nothing raced"
 
 
 def test_the_queue_is_joined_until_an_episode_end():
     rollouts = queue.Queue()
     parts = [rollout(seed=0), rollout(seed=1, done_at=[(3, 1)]), rollout(seed=2)]
-    for part in parts:
+    for k, part in enumerate(parts):
+        part["bootstrap"] = torch.full((E,), float(k))  # the runner's V(x_T) of each
         rollouts.put(part)
     joined = pull_rollouts(rollouts, lambda: False, timeout=1.0)
     # the first two (the second ends an episode); the third stays for the next update
@@ -155,6 +182,7 @@ def test_the_queue_is_joined_until_an_episode_end():
     # why: index 0 of the second repeats the first's last step; it appears once
     torch.testing.assert_close(joined["reward"][T + 1 :], parts[1]["reward"][1:])
     torch.testing.assert_close(joined["state_h"], parts[0]["state_h"])
+    torch.testing.assert_close(joined["bootstrap"], parts[1]["bootstrap"])  # after the last
     alone = pull_rollouts(rollouts, lambda: False, timeout=1.0)  # nothing else waiting
     assert alone["reward"].shape == (T + 1, E)
     assert pull_rollouts(rollouts, lambda: True, timeout=1.0) is None
@@ -181,8 +209,11 @@ def test_a3c_trains_checkpoints_resumes_and_is_tested(small_config, tmp_path):
 
     config = small_config(algo="a3c", total_frames=6000, unroll_length=10, envs_per_actor=2)
     first = train(config, on_progress=kill_one)
-    assert killed and first.actor_restarts >= 1, "a killed worker must be replaced"
-    assert first.frames >= 6000 and first.updates > 0 and first.episodes > 0
+    assert killed and first.actor_restarts >= len(killed), "a killed worker must be replaced"
+    # each update trains on one rollout of T x E = 10 x 2 frames or more; a CartPole
+    # episode lasts 500 steps at most, and at most 2 x 2 envs are inside one at the end
+    assert first.frames >= 6000 and 1 <= first.updates <= first.frames // 20
+    assert first.episodes >= first.frames // 500 - 4
     state = checkpoint.load(tmp_path / "checkpoint.pt")
     assert state["frames"] == first.frames and state["updates"] == first.updates
     assert int(state["optimizer"]["steps"].sum()) == first.updates  # shared Adam's state

@@ -4,8 +4,6 @@ Each asserts a threshold on the mean return of the last 100 episodes of a real r
 on the 2-core CI machine: CartPole ~1 minute, each diagnostic run well under a minute.
 """
 
-import json
-
 import pytest
 
 from gazelle.algorithms import a3c
@@ -18,13 +16,6 @@ pytestmark = [pytest.mark.learning, pytest.mark.slow]
 def run(tmp_path, **overrides):
     config = Config.of(logdir=str(tmp_path), log_interval_s=10.0, seed=1, **overrides)
     return train(config)
-
-
-def best_return(tmp_path):
-    """The best mean return (last 100 episodes) over the run's progress rows."""
-    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
-    returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
-    return max(returns) if returns else None
 
 
 def test_cartpole_reaches_450(tmp_path):

@@ -214,6 +214,7 @@ def test_a_stopped_a3c_worker_on_ray_is_replaced_and_training_goes_on(cluster, t
     waits on the stopped one)."""
     stopped: list[int] = []
     seen: dict[str, int] = {}
+    printed: list[str] = []
 
     def stop_a_worker(progress: dict) -> None:
         if not stopped and progress["frames"] >= 2000:
@@ -225,6 +226,13 @@ def test_a_stopped_a3c_worker_on_ray_is_replaced_and_training_goes_on(cluster, t
             seen["at_stop"] = progress["frames"]
         elif stopped:
             seen["last"] = progress["frames"]
+            printed.append(capsys.readouterr().out)
+            # why: done once the stopped worker was found and frames kept coming past it
+            if (
+                "gave no sign of life" in "".join(printed)
+                and seen["last"] - seen["at_stop"] >= 4000
+            ):
+                raise KeyboardInterrupt
 
     config = Config.of(
         algo="a3c", env="CartPole-v1", backend="ray", num_actors=2, total_frames=10**8,
@@ -236,7 +244,7 @@ def test_a_stopped_a3c_worker_on_ray_is_replaced_and_training_goes_on(cluster, t
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    out = capsys.readouterr().out
+    out = "".join(printed) + capsys.readouterr().out
     assert stopped, "the run ended before a worker could be stopped"
     assert result.actor_restarts >= 1 and "gave no sign of life" in out, out[-3000:]
     assert seen["last"] - seen["at_stop"] >= 2000  # frames kept coming

@@ -107,3 +107,22 @@ def test_the_dashboard_without_its_packages_says_what_to_install(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr
     assert "--ray-dashboard" in out.stderr and "ray[default]" in out.stderr
+
+
+@pytest.mark.parametrize("token", [False, True])
+def test_joining_a_cluster_without_a_token_is_warned_about_in_one_line(monkeypatch, capsys, token):
+    """`--ray-address` joins a cluster the user runs; gazelle cannot make it private, but it
+    says so when the cluster let the driver in without token authentication."""
+    from gazelle.backends.ray import cluster
+
+    joined = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda address, **kwargs: joined.append(address))
+    monkeypatch.setattr(cluster, "token_auth_on", lambda: token)
+    assert cluster.connect("10.0.0.5:6379") is True
+    assert joined == ["10.0.0.5:6379"]
+    err = capsys.readouterr().err
+    if token:
+        assert err == ""
+    else:
+        assert err.count("\n") == 1 and "10.0.0.5:6379" in err and "without a token" in err

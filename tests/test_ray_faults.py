@@ -54,6 +54,7 @@ def test_a_lost_node_costs_its_actor_and_training_goes_on(cluster, small, tmp_pa
         assert time.monotonic() < deadline, ray.available_resources()
         time.sleep(0.5)
     steps: dict[str, float] = {}
+    printed: list[str] = []
 
     def lose_a_node(progress: dict) -> None:
         now = time.monotonic()
@@ -67,15 +68,18 @@ def test_a_lost_node_costs_its_actor_and_training_goes_on(cluster, small, tmp_pa
         elif "added" in steps and "full" not in steps:
             if ray.available_resources().get("CPU", 0) < 1:  # the third actor holds its CPUs
                 steps["full"] = now
-        elif "full" in steps and now - steps["full"] > 60:
-            raise KeyboardInterrupt  # why: end once the placed actor had time to start (slow here)
+        elif "full" in steps:
+            printed.append(capsys.readouterr().out)
+            # why: end once the placed actor is reported started (it can take a minute here)
+            if "placed after" in "".join(printed) or now - steps["full"] > 60:
+                raise KeyboardInterrupt
 
     config = small(
         num_actors=3, ray_actor_cpus=2.0, actor_timeout_s=4.0, total_frames=10**8,
         max_seconds=300,
     )  # fmt: skip
     result = train(config, on_progress=lose_a_node)
-    out = capsys.readouterr().out
+    out = "".join(printed) + capsys.readouterr().out
     assert "added" in steps, (steps, out[-3000:])
     assert result.actor_restarts == 1, out[-3000:]  # the lost actor, once: no churn
     assert "cannot be placed" in out and "killed" not in out, out[-3000:]

@@ -29,7 +29,9 @@ def test_a_stopped_actor_is_found_killed_and_replaced(small_config, capsys):
     stopped = []
 
     def stop_one(progress):
-        if not stopped:
+        # why: by 2,000 frames both actors have beaten; a process still starting has the
+        # longer start allowance (START_TIMEOUT_S), which is tested on its own below.
+        if not stopped and progress["frames"] >= 2_000:
             pid = actor_pids()[0]
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
@@ -42,6 +44,69 @@ def test_a_stopped_actor_is_found_killed_and_replaced(small_config, capsys):
     assert "gave no sign of life for" in out and "killed; it is replaced" in out
     with pytest.raises(ProcessLookupError):
         os.kill(stopped[0], 0)  # the stopped process is gone, not left behind
+
+
+def slow_to_start_cartpole(delay_s: float):
+    """CartPole that takes `delay_s` to build in an actor process (as a heavy env or a
+    busy machine's torch import does); at once in the trainer's own probe."""
+    if multiprocessing.current_process().name.startswith("gazelle-"):
+        time.sleep(delay_s)
+    return gymnasium.make("CartPole-v1")
+
+
+@pytest.mark.slow
+def test_a_slow_start_is_not_a_hang(small_config):
+    """Actors that need 5 s to their first heartbeat, with --actor-timeout-s 2, are left to
+    start (inside START_TIMEOUT_S): no restart, and the run gets its frames."""
+    import gazelle
+
+    gazelle.register_env("SlowStart-v0", slow_to_start_cartpole, kwargs={"delay_s": 5.0})
+    config = small_config(env="SlowStart-v0", total_frames=2_000, actor_timeout_s=2.0)
+    result = train(config)
+    assert result.actor_restarts == 0 and result.frames >= 2_000
+
+
+class _Running:
+    """A process that is alive until killed."""
+
+    def __init__(self):
+        self.killed = False
+
+    def is_alive(self):
+        return not self.killed
+
+    def kill(self):
+        self.killed = True
+
+    def join(self, timeout=None):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("beaten_s_ago", "started_s_ago", "start_timeout_s", "killed"),
+    [
+        (None, 10.0, 60.0, False),  # starting, inside the allowance
+        (None, 10.0, 5.0, True),  # starting, past the allowance
+        (3.0, 10.0, 60.0, True),  # beat once, then silent past --actor-timeout-s
+        (1.0, 10.0, 60.0, False),  # beating
+    ],
+)
+def test_the_hang_clock_gives_a_start_allowance_then_the_actor_timeout(
+    monkeypatch, beaten_s_ago, started_s_ago, start_timeout_s, killed
+):
+    from types import SimpleNamespace
+
+    from gazelle.backends.local import process
+
+    monkeypatch.setattr(process, "START_TIMEOUT_S", start_timeout_s)
+    fleet = process.ProcessFleet([SimpleNamespace(actor_id=0, seed=0)], actor_timeout_s=2.0)
+    now = time.monotonic()
+    fleet.processes = [_Running()]
+    fleet.started_at[0] = now - started_s_ago
+    fleet.heartbeats[0] = now - (started_s_ago if beaten_s_ago is None else beaten_s_ago)
+    events = fleet._kill_hung()
+    assert fleet.processes[0].killed is killed
+    assert [e["type"] for e in events] == (["actor_hung"] if killed else [])
 
 
 @pytest.mark.slow

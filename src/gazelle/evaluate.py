@@ -134,7 +134,10 @@ def evaluate(
             if agent is None:
                 spec = agent_obs_spec(config, obs_spec(env))
                 encode = ObsEncoder(spec)
-                agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm))
+                # why: an A3C agent's core may see the features alone (--no-last-action-reward).
+                inputs = config.a3c.last_action_reward if config.algo == "a3c" else True
+                agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
+                                    last_action_reward=inputs is not False)  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(agent, env, episodes, greedy, encode, seed + index, recorder)

@@ -74,6 +74,7 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
 
     keep_freed_memory()  # why: as the run's learner will; without it deep measures ~1.6x slower
     model = config.model
+    assert model.init is not None  # resolved from the preset
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -17,11 +17,10 @@ from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 
 def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env steps, local inference and the worker's update for `config`."""
-    from gazelle.algorithms.a3c.loss import A3CLossSettings
-    from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
+    from gazelle.algorithms.a3c.loop import a3c_agent
+    from gazelle.algorithms.a3c.worker import train_step, trainer_settings
     from gazelle.algorithms.common import env_kwargs, prepare
     from gazelle.backends.local.hogwild import SharedAdamServer
-    from gazelle.models import build_agent
 
     threads = torch.get_num_threads()
     config, found, _ = prepare(config)
@@ -31,14 +30,10 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
         envs = int(config.actors.envs_per_actor or 1)
         steps = a3c.unroll_length
         assert model.use_lstm is not None and a3c.learning_rate is not None
-        agent = build_agent(spec, model.torso, model.use_lstm)
-        local = build_agent(spec, model.torso, model.use_lstm)
+        # why: the run's own network (its --init and core inputs), as the workers build it.
+        agent, local = a3c_agent(config, spec), a3c_agent(config, spec)
         server = SharedAdamServer(agent, 1, lr=a3c.learning_rate, eps=a3c.epsilon)
-        settings = TrainerSettings(
-            A3CLossSettings(a3c.discounting, a3c.gae_lambda, a3c.entropy_cost,
-                            a3c.baseline_cost, a3c.reward_clipping),
-            a3c.grad_norm_clip, a3c.queue_size, found.action_repeats,
-        )  # fmt: skip
+        settings = trainer_settings(config, found.action_repeats)
         rollout: dict[str, torch.Tensor] = {
             **fake_obs(spec, (steps + 1, envs)),
             "action": torch.randint(0, spec.num_actions, (steps + 1, envs)),
@@ -46,6 +41,8 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
             "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
             "truncated": torch.zeros(steps + 1, envs, dtype=torch.bool),
             "truncation_value": torch.zeros(steps + 1, envs),
+            "baseline": torch.zeros(steps + 1, envs),
+            "bootstrap": torch.zeros(envs),
         }
         if model.use_lstm:
             rollout["state_h"], rollout["state_c"] = agent.initial_state(envs)

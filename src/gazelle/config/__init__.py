@@ -9,6 +9,8 @@ flag, the bad value and what is allowed. See `gazelle.config.sections` for every
 from gazelle.config.core import Config, FlatField, algorithm_fields, all_fields, common_fields
 from gazelle.config.errors import ConfigError
 from gazelle.config.presets import (
+    A3C_PRESET_NAMES,
+    A3C_PRESETS,
     IMPALA_PRESETS,
     PRESET_NAMES,
     default_num_actors,
@@ -35,6 +37,8 @@ from gazelle.config.validation import (
 )
 
 __all__ = [
+    "A3C_PRESETS",
+    "A3C_PRESET_NAMES",
     "ALGORITHM_SECTIONS",
     "COMMON_SECTIONS",
     "IMPALA_PRESETS",

@@ -16,9 +16,19 @@ IMPALA presets (`--preset`):
   defaults. Not the paper's actors (this machine's layout), torso (`auto`) or frame budget
   (50M for Atari is gazelle's): docs/usage.md lists what it does not reproduce.
 
-A3C (`A3C_PRESETS`): the universe-starter-agent's settings (Adam 1e-4 constant, its 42x42
-frames and conv+LSTM network, one env per worker) for Atari; for vector tasks 4 envs per
-worker and a higher learning rate, decayed linearly to 0.
+A3C presets (`A3C_PRESETS`, `--algo a3c --preset`):
+
+- `gazelle` (default): the universe-starter-agent's settings (Adam 1e-4 constant, its 42x42
+  frames and conv+LSTM network, one env per worker) for Atari, with gazelle's agent (the
+  LSTM also fed the last reward and action, the IMPALA seed's initialisation, advantages
+  from the synced network's values, fixed-length rollouts); for vector tasks 4 envs per
+  worker and a higher learning rate, decayed linearly to 0, and no gradient clip;
+- `universe-starter`: the starter agent's settings and agent, for every family (all four of
+  those points the seed's way; the mlp torso on vector tasks, which it has no network for;
+  what gazelle's runtime still does differently: docs/algorithms.md).
+
+The gazelle preset's agent is not yet chosen by measurement (docs/results.md, "A3C: the
+seed's four differences, measured").
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ PRESET_NAMES = tuple(IMPALA_PRESETS)
 for _families in IMPALA_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("vtrace_lambda", 1.0)  # the seed's V-trace
+        _values.setdefault("init", "seed")  # the seed's Sonnet initialisation
 
 #: APPO: the IMPALA preset of the same family and name, then these. Several passes per
 #: batch (epochs x minibatches optimiser steps), PPO's clip on the ratio to the actors'
@@ -100,26 +111,52 @@ APPO_PRESETS: dict[str, dict[str, Any]] = {
     for family in ("vector", "atari", "dmlab", "image", "vizdoom")
 }  # fmt: skip
 
-#: A3C presets: env family -> flat name -> value (the seed's Atari settings for Atari).
-A3C_PRESETS: dict[str, dict[str, Any]] = {
-    "atari": dict(envs_per_actor=1, total_frames=30_000_000, learning_rate=1e-4,
-                  learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
-    # Vector tasks (CartPole, diagnostics), measured (docs/results.md): 4 envs per worker
-    # (batched inference, 3.3x the frames/s of one env), lr 5e-4 decayed to 0 (1e-3 peaked
-    # at 397 on CartPole, then fell; 3e-4 was at 356 at 1M frames). No gradient clipping:
-    # the seed's summed value loss on returns up to ~100 gives norms of 400-20,000, so the
-    # clip at 40 rescaled every update by a factor that varied 100x, and Adam's running
-    # RMS, set by the big ones, shrank the rest: 374 at 1M frames with the clip, 495
-    # without (500 at 1.25M).
-    "vector": dict(envs_per_actor=4, total_frames=1_500_000, learning_rate=5e-4,
-                   learning_rate_decay=True, use_lstm=True, grad_norm_clip=math.inf),
-    "dmlab": dict(envs_per_actor=1, total_frames=1_000_000_000, learning_rate=1e-4,
-                  learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
-    "image": dict(envs_per_actor=1, total_frames=5_000_000, learning_rate=1e-4,
-                  learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
-    "vizdoom": dict(envs_per_actor=1, total_frames=20_000_000, learning_rate=1e-4,
-                    learning_rate_decay=False, use_lstm=True, grad_norm_clip=40.0),
+#: What the universe-starter-agent's agent is, where gazelle's A3C may differ from it
+#: (docs/algorithms.md): its LSTM sees the conv features alone, its initialisation,
+#: advantages from the values and bootstrap recorded at acting time, and partial rollouts
+#: that end at the terminal step.
+UNIVERSE_STARTER_AGENT: dict[str, Any] = dict(
+    last_action_reward=False, init="universe", advantage_values="acting",
+    end_rollout_at_episode_end=True,
+)  # fmt: skip
+#: gazelle's A3C agent in those four points: the behaviour before they were fields; kept
+#: until the comparison runs of docs/results.md ("A3C: the seed's four differences") decide.
+GAZELLE_A3C_AGENT: dict[str, Any] = dict(
+    last_action_reward=True, init="seed", advantage_values="synced",
+    end_rollout_at_episode_end=False,
+)  # fmt: skip
+#: The seed's optimiser and actors: one env per worker, Adam 1e-4 constant, clip 40.
+_SEED_SETTINGS: dict[str, Any] = dict(
+    envs_per_actor=1, learning_rate=1e-4, learning_rate_decay=False, use_lstm=True,
+    grad_norm_clip=40.0,
+)  # fmt: skip
+_BUDGETS = {
+    "atari": 30_000_000, "vector": 1_500_000, "dmlab": 1_000_000_000, "image": 5_000_000,
+    "vizdoom": 20_000_000,
 }  # fmt: skip
+
+#: A3C presets: preset name -> env family -> flat name -> value.
+A3C_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "gazelle": {
+        family: {**_SEED_SETTINGS, **GAZELLE_A3C_AGENT, "total_frames": budget}
+        for family, budget in _BUDGETS.items()
+    },
+    "universe-starter": {
+        family: {**_SEED_SETTINGS, **UNIVERSE_STARTER_AGENT, "total_frames": budget}
+        for family, budget in _BUDGETS.items()
+    },
+}
+# Vector tasks (CartPole, diagnostics), measured (docs/results.md): 4 envs per worker
+# (batched inference, 3.3x the frames/s of one env), lr 5e-4 decayed to 0 (1e-3 peaked
+# at 397 on CartPole, then fell; 3e-4 was at 356 at 1M frames). No gradient clipping:
+# the seed's summed value loss on returns up to ~100 gives norms of 400-20,000, so the
+# clip at 40 rescaled every update by a factor that varied 100x, and Adam's running
+# RMS, set by the big ones, shrank the rest: 374 at 1M frames with the clip, 495
+# without (500 at 1.25M).
+A3C_PRESETS["gazelle"]["vector"].update(
+    envs_per_actor=4, learning_rate=5e-4, learning_rate_decay=True, grad_norm_clip=math.inf
+)
+A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 
 
 def env_family(env: EnvProbe) -> str:
@@ -160,11 +197,16 @@ def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
         if config.algo == "appo":
             defaults.update(APPO_PRESETS[family])
     elif config.algo == "a3c":
-        defaults.update(A3C_PRESETS[family])
+        preset = config.a3c.preset
+        if preset not in A3C_PRESETS:
+            from gazelle.config.errors import ConfigError
+
+            raise ConfigError("preset", preset, " | ".join(A3C_PRESET_NAMES))
+        defaults.update(A3C_PRESETS[preset][family])
     defaults.update(env.env_defaults)
     updates = {k: v for k, v in defaults.items() if config.get(k) is None}
     if config.model.torso == "auto":
         updates["model"] = default_torso(frame_is_image, cuda)
         if config.algo == "a3c" and frame_is_image:
-            updates["model"] = "universe"  # the seed's network
+            updates["model"] = "universe"  # the seed's conv torso
     return config.replace(**updates)

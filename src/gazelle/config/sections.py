@@ -63,9 +63,12 @@ class ModelConfig:
     withhold_obs: str | None = None
     """Observation keys the agent is not given, comma-separated (an ablation: what it
     learns without them); the env still makes them, nothing stores or encodes them."""
-    init: str = "seed"
+    init: str | None = None
     """Initial weights: seed (the IMPALA seed's Sonnet initialisation: truncated normal
-    1/sqrt(fan_in), zero biases, LSTM forget bias 1) or torch (torch's defaults)."""
+    1/sqrt(fan_in), zero biases, LSTM forget bias 1), universe (the A3C starter agent's:
+    Glorot-uniform convs and LSTM, heads with normalised columns of norm 0.01 for the
+    logits and 1.0 for the value) or torch (torch's defaults); unset: the preset's (seed,
+    but universe with --algo a3c --preset universe-starter)."""
 
 
 @dataclass(frozen=True)
@@ -218,8 +221,18 @@ class AppoConfig(ImpalaConfig):
 @dataclass(frozen=True)
 class A3CConfig:
     """A3C (the universe-starter-agent seed): asynchronous workers, each with a runner thread
-    filling a queue of partial rollouts, GAE, and a shared Adam on the global network."""
+    filling a queue of partial rollouts, GAE, and a shared Adam on the global network.
 
+    Four fields set where gazelle's A3C may differ from the seed's agent (docs/algorithms.md):
+    `last_action_reward`, `--init` (the model section's), `advantage_values` and
+    `end_rollout_at_episode_end`; `--preset universe-starter` sets all four the seed's way."""
+
+    preset: str = "gazelle"
+    """Where unset values come from: gazelle (gazelle's A3C agent, not yet chosen by
+    measurement; docs/algorithms.md says where it differs from the seed) or
+    universe-starter (the universe-starter-agent's agent: the LSTM fed by the conv features
+    alone, its initialisation, advantages from acting-time values, rollouts that end at an
+    episode's end, Adam 1e-4 constant, clip 40)."""
     unroll_length: int = 20
     """Steps per partial rollout (the seed's num_local_steps: 20)."""
     learning_rate: float | None = None
@@ -244,6 +257,19 @@ class A3CConfig:
     """abs_one | soft_asymmetric | none (seed: none)."""
     queue_size: int = 5
     """Partial rollouts the runner thread may queue ahead of the trainer (seed: 5)."""
+    last_action_reward: bool | None = None
+    """Feed the LSTM the clipped last reward and the one-hot last action besides the torso's
+    features (the IMPALA agent's inputs); off: the features alone, as the seed's LSTM;
+    unset: the preset's (gazelle: on; universe-starter: off)."""
+    advantage_values: str | None = None
+    """Values that the returns and advantages are computed from: acting (the values and the
+    bootstrap V(x_T) the runner computed when it acted, the seed's rollout.values and
+    rollout.r) or synced (recomputed by the local network just synced with the global one);
+    unset: the preset's (gazelle: synced; universe-starter: acting)."""
+    end_rollout_at_episode_end: bool | None = None
+    """End a partial rollout at the step that ends an episode (of any of the worker's envs),
+    as the seed's runner does; off: always --unroll-length steps, across episode ends (masked
+    by done); unset: the preset's (gazelle: off; universe-starter: on)."""
 
 
 #: The common sections of `Config`, by attribute name.

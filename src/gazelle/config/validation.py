@@ -15,6 +15,8 @@ PRECISION_CHOICES = ("fp32", "bf16")
 INFERENCE_CHOICES = ("auto", "local", "central")
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
 BACKEND_CHOICES = ("local", "ray")
+INIT_CHOICES = ("seed", "universe", "torch")
+ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
 
 
 class _Checks:
@@ -57,7 +59,7 @@ def validate(config: Config) -> Config:
     if not isinstance(env, str) or not env.strip():
         raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")
     _validate_torso(config.model.torso)
-    check.choice("init", ("seed", "torch"))
+    check.choice("init", INIT_CHOICES, allow_none=True)
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)
     check.choice("backend", BACKEND_CHOICES)
@@ -117,6 +119,10 @@ def _validate_torso(torso: Any) -> None:
 
 
 def _validate_a3c(check: _Checks) -> None:
+    from gazelle.config.presets import A3C_PRESET_NAMES
+
+    check.choice("preset", A3C_PRESET_NAMES)
+    check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
     for name in ("unroll_length", "queue_size"):
         check.positive(name)

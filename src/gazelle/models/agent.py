@@ -4,7 +4,8 @@ One object serves the actors (`step`/`act`, one observation per env, `[B, ...]`)
 learner (`unroll`, `[T, B, ...]`), with the same weights and the same outputs for the same
 inputs. As in the IMPALA seed, the core input is the concatenation of the torso features of
 `frame`, the last reward clipped to [-1, 1], the one-hot last action and then the encoding
-of every other field in the obs spec's order (the instruction's for instruction tasks).
+of every other field in the obs spec's order (the instruction's for instruction tasks);
+with `last_action_reward=False` (the A3C starter agent's LSTM) the encodings alone.
 Each field's encoder follows its kind (`gazelle.models.encoders`): the encoder of `frame` is
 `torso`, that of `instruction` is `instruction`, any other key's is `encoders[key]`, so an
 agent of the `frame` + `instruction` contract has exactly the modules it always had.
@@ -24,7 +25,7 @@ from torch import nn
 
 from gazelle.models.core import LSTMCore
 from gazelle.models.encoders import make_encoder, upscale, upscale_factor
-from gazelle.models.init import seed_init
+from gazelle.models.init import seed_init, universe_init
 from gazelle.types import FRAME, IMAGE, INSTRUCTION, TEXT, AgentOutput, AgentState, ObsSpec
 
 Obs = dict[str, torch.Tensor]
@@ -44,8 +45,11 @@ class Agent(nn.Module):
         use_lstm: an LSTM core of `core_size`; if False the heads read the core input
             directly (feed-forward; the state is `()`).
         core_size: LSTM units.
-        init: `seed`: the IMPALA seed's initialisation (`gazelle.models.init`); `torch`:
-            torch's defaults.
+        init: `seed`: the IMPALA seed's initialisation; `universe`: the A3C starter
+            agent's (both `gazelle.models.init`); `torch`: torch's defaults.
+        last_action_reward: the core also gets the clipped last reward and the one-hot last
+            action (the IMPALA seed's agent); False: the torso's features (and the
+            instruction) alone, as the A3C starter agent's LSTM.
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
@@ -66,10 +70,12 @@ class Agent(nn.Module):
         use_lstm: bool = True,
         core_size: int = CORE_SIZE,
         init: str = "seed",
+        last_action_reward: bool = True,
     ):
         super().__init__()
         self.obs_spec = obs_spec
         self.num_actions = obs_spec.num_actions
+        self.last_action_reward = last_action_reward
         names = obs_spec.names
         self.torso = (
             make_encoder(obs_spec.field(FRAME), torso, obs_spec) if FRAME in names else None
@@ -93,15 +99,18 @@ class Agent(nn.Module):
             f.name: upscale_factor(torso, f.shape) for f in obs_spec.fields if f.kind == IMAGE
         }
         sizes: list[Any] = [self._encoder(name).output_size for name in names]
-        core_input = 1 + self.num_actions + sum(int(size) for size in sizes)
+        core_input = sum(int(size) for size in sizes)
+        core_input += 1 + self.num_actions if last_action_reward else 0
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
         self.policy = nn.Linear(head_input, self.num_actions)
         self.baseline = nn.Linear(head_input, 1)
         if init == "seed":
             seed_init(self)
+        elif init == "universe":
+            universe_init(self, self.policy, self.baseline)
         elif init != "torch":
-            raise ValueError(f"init: invalid value {init!r}; allowed: seed | torch")
+            raise ValueError(f"init: invalid value {init!r}; allowed: seed | universe | torch")
 
     def initial_state(
         self, batch_size: int, device: torch.device | str | None = None
@@ -221,10 +230,11 @@ class Agent(nn.Module):
     ) -> tuple[AgentOutput, AgentState]:
         """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
         num_steps, batch_size = done.shape
-        clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
-        one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
         parts = [] if self.torso is None else [self._encode(FRAME, obs)]  # [T*B, F]
-        parts += [clipped_reward, one_hot_action]
+        if self.last_action_reward:
+            clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
+            one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
+            parts += [clipped_reward, one_hot_action]
         parts += [self._encode(name, obs) for name in self._others]
         core_input = torch.cat(parts, dim=-1)  # [T*B, I]
 
@@ -256,10 +266,17 @@ class Agent(nn.Module):
         return self._encoder(name)(value).float()
 
 
-def build_agent(obs_spec: ObsSpec, torso: str, use_lstm: bool = True, init: str = "seed") -> Agent:
+def build_agent(
+    obs_spec: ObsSpec,
+    torso: str,
+    use_lstm: bool = True,
+    init: str = "seed",
+    last_action_reward: bool = True,
+) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size."""
-    return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init)
+    return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
+                 last_action_reward=last_action_reward)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

@@ -46,11 +46,15 @@ class ActorSpec:
     #: Batch size B when the actor acts in lockstep with the learner (one actor, local
     #: inference: exact repeats of a seeded run; see `LocalPolicy`); None: free-running.
     lockstep_batch: int | None = None
+    #: The agent's core gets the last reward and action too (`gazelle.models.Agent`).
+    last_action_reward: bool = True
 
 
 def actor_agent(spec: ActorSpec) -> Agent:
     """The actor's own copy of the agent (weights come from the learner)."""
-    return build_agent(spec.obs_spec, spec.torso, spec.use_lstm)
+    return build_agent(
+        spec.obs_spec, spec.torso, spec.use_lstm, last_action_reward=spec.last_action_reward
+    )
 
 
 def make_env_batch(spec: ActorSpec) -> Any:
@@ -87,7 +91,14 @@ class ObsEncoder:
 
 
 class Actor:
-    """Runs unrolls forever (until `should_stop()`), one `[T+1]` slot per env per unroll."""
+    """Runs unrolls forever (until `should_stop()`), one `[T+1]` slot per env per unroll.
+
+    With `end_at_episode_end` (A3C's runner, as the A3C seed's partial rollouts), an unroll
+    stops after the step t at which any env's episode ends: it fills indices 0..t only
+    (`steps` is t, T otherwise), and the next one starts from that step."""
+
+    #: Stop an unroll at the first episode end (see the class docstring).
+    end_at_episode_end: bool = False
 
     def __init__(
         self,
@@ -104,6 +115,8 @@ class Actor:
         self.envs = make_env_batch(spec)
         self.encode = ObsEncoder(spec.obs_spec)
         self.timing: tuple[float, ...] = (0.0, 0.0, 0.0)
+        #: Steps of the last unroll (after its index 0): T, or fewer with end_at_episode_end.
+        self.steps = 0
         num_envs = spec.envs_per_actor
         # The persistent "last step" (index 0 of the next unroll), as in the seed's actor.
         self.obs = self.encode(self.envs.reset())
@@ -193,7 +206,12 @@ class Actor:
             }
             self.obs = self.encode(step.obs)
             self._write(slots, t)
-        per_step = 1.0 / (spec.unroll_length * spec.envs_per_actor)
+            self.steps = t
+            if self.end_at_episode_end and bool(
+                (self.last["terminated"] | self.last["truncated"]).any()
+            ):
+                break
+        per_step = 1.0 / (self.steps * spec.envs_per_actor)
         total = clock() - start
         self.timing = (
             inference_s * per_step,

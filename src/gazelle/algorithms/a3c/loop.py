@@ -14,9 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gazelle.algorithms.a3c.loss import A3CLossSettings
 from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
-from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker
+from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker, trainer_settings
 from gazelle.algorithms.common import env_kwargs, prepare
 from gazelle.algorithms.preflight import check_wandb
 from gazelle.algorithms.runstate import (
@@ -43,6 +42,7 @@ from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Fleet, ParameterServer
 from gazelle.tracking import open_run_logger
+from gazelle.types import ObsSpec
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
@@ -51,6 +51,15 @@ if TYPE_CHECKING:
 POLL_S = 0.05
 #: Seconds between two `Fleet.check()` calls (on Ray, one call to the parameter server).
 CHECK_S = 1.0
+
+
+def a3c_agent(config: Config, obs_spec: ObsSpec) -> Agent:
+    """The global network of a resolved A3C config (its torso, core, `--init` and the
+    core's inputs, `--last-action-reward`)."""
+    model = config.model
+    assert model.init is not None
+    return build_agent(obs_spec, model.torso, bool(model.use_lstm), model.init,
+                       bool(config.a3c.last_action_reward))  # fmt: skip
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -69,6 +78,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             use_lstm=bool(config.model.use_lstm),
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
+            last_action_reward=bool(config.a3c.last_action_reward),
         )
         for i in range(actors.num_actors)
     ]
@@ -88,18 +98,10 @@ def train(
     config, found, device = prepare(config)
     a3c, model = config.a3c, config.model
     assert a3c.learning_rate is not None and model.use_lstm is not None
-    agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init)
+    agent = a3c_agent(config, found.obs_spec)
     specs = worker_specs(config, found)
     decay_frames = int(config.run.total_frames or 0) if a3c.learning_rate_decay else None
-    settings = TrainerSettings(
-        loss=A3CLossSettings(
-            a3c.discounting, a3c.gae_lambda, a3c.entropy_cost, a3c.baseline_cost,
-            a3c.reward_clipping,
-        ),
-        grad_norm_clip=a3c.grad_norm_clip,
-        queue_size=a3c.queue_size,
-        action_repeats=found.action_repeats,
-    )  # fmt: skip
+    settings = trainer_settings(config, found.action_repeats)
     server, fleet = _workers(config, agent, specs, settings, decay_frames)
     logdir = Path(config.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE

@@ -1,6 +1,12 @@
 """A3C's loss on a joined rollout, as the seed's `process_rollout` and loss: discounted
 returns and GAE advantages (`gazelle.losses.returns.gae`), then
-`pi_loss + baseline_cost * vf_loss - entropy_cost * entropy`, all sums over the steps."""
+`pi_loss + baseline_cost * vf_loss - entropy_cost * entropy`, all sums over the steps.
+
+The returns and advantages come from the values of `settings.advantage_values`: `acting`,
+those the runner computed when it acted and its bootstrap (the seed's `rollout.values` and
+`rollout.r`), or `synced`, those of the local network just synced with the global one.
+Either way the value loss and the policy's log-probabilities and entropy are the synced
+network's (the seed's `pi.vf`, `pi.logits`)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ class A3CLossSettings:
     entropy_cost: float
     baseline_cost: float
     reward_clipping: str
+    advantage_values: str = "synced"
 
 
 def a3c_loss(
@@ -30,10 +37,11 @@ def a3c_loss(
     """The A3C loss of a `[T+1, E]` rollout (`gazelle.algorithms.a3c.rollouts`).
 
     The agent's outputs at `t` are computed on observation `t`; the action taken there and
-    the reward and episode end it led to are stored at `t + 1` (the unroll layout). The
-    bootstrap is `V(x_T)`, the value of the last observation, used where the rollout did not
-    end its episode; a time-limit cut adds `gamma * V(final obs)` to its last reward, as a
-    termination does not.
+    the reward and episode end it led to are stored at `t + 1` (the unroll layout), and so
+    is the runner's value `V(x_t)` (`baseline[t+1]`). The bootstrap is `V(x_T)`, the value
+    of the last observation (`synced`: the network's; `acting`: the rollout's `bootstrap`
+    `[E]`), used where the rollout did not end its episode; a time-limit cut adds
+    `gamma * V(final obs)` (the runner's) to its last reward, as a termination does not.
     """
     # why: the agent's obs spec names the batch's observation fields (every key it reads).
     obs = {name: batch[name] for name in agent.obs_spec.names}
@@ -45,9 +53,16 @@ def a3c_loss(
     # why: the shift by one of the unroll layout (see the docstring).
     rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
     rewards = rewards + gamma * batch["truncated"][1:].float() * batch["truncation_value"][1:]
-    advantages, returns = gae(
-        rewards, values[:-1], values[-1], gamma, settings.gae_lambda, done[1:]
-    )
+    if settings.advantage_values == "acting":
+        # why: baseline[t+1] is V(x_t) as the runner computed it at x_t (the same shift).
+        baselines, bootstrap = batch["baseline"][1:].float(), batch["bootstrap"]
+    elif settings.advantage_values == "synced":
+        baselines, bootstrap = values[:-1], values[-1]
+    else:
+        raise ValueError(
+            f"advantage_values: {settings.advantage_values!r}; allowed: acting | synced"
+        )
+    advantages, returns = gae(rewards, baselines, bootstrap, gamma, settings.gae_lambda, done[1:])
     loss, metrics = actor_critic.a3c_loss(
         logits[:-1],
         batch["action"][1:],
@@ -58,5 +73,4 @@ def a3c_loss(
         entropy_coef=settings.entropy_cost,
     )
     metrics["a3c/advantage_mean"] = advantages.mean()
-    metrics["a3c/value_mean"] = values[:-1].detach().mean()
     return loss, metrics

@@ -92,10 +92,14 @@ def log_progress(
 def describe(config: Config, workers: int) -> str:
     """The first log line."""
     a3c, env = config.a3c, config.env
+    inputs = "features+reward+action" if a3c.last_action_reward else "features"
+    rollouts = "to episode end" if a3c.end_rollout_at_episode_end else "fixed"
     return (
-        f"gazelle: a3c on {env.id}: model={config.model.torso} workers={workers}x"
-        f"{config.actors.envs_per_actor} envs frames={env.atari_frames or 'as the env'} "
-        f"T={a3c.unroll_length} adam lr={a3c.learning_rate:g} gamma={a3c.discounting} "
-        f"lambda={a3c.gae_lambda} entropy={a3c.entropy_cost} clip={a3c.grad_norm_clip} "
-        f"total_frames={config.run.total_frames:,}"
+        f"gazelle: a3c ({a3c.preset}) on {env.id}: model={config.model.torso} "
+        f"workers={workers}x{config.actors.envs_per_actor} envs "
+        f"frames={env.atari_frames or 'as the env'} core_inputs={inputs} "
+        f"init={config.model.init} advantages={a3c.advantage_values} values "
+        f"rollouts={rollouts} T={a3c.unroll_length} adam lr={a3c.learning_rate:g} "
+        f"gamma={a3c.discounting} lambda={a3c.gae_lambda} entropy={a3c.entropy_cost} "
+        f"clip={a3c.grad_norm_clip} total_frames={config.run.total_frames:,}"
     )

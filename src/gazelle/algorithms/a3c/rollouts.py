@@ -1,12 +1,15 @@
-"""The A3C seed's runner design with gazelle's actor: the runner thread is the runtime's
-`Actor`, writing its partial rollouts through `QueueWriter` into a bounded in-process queue;
-the trainer takes one and appends what else is waiting until an episode end
-(`pull_rollouts`, the seed's `pull_batch_from_queue`).
+"""The A3C seed's runner design with gazelle's actor: the runner thread is `Runner`, the
+runtime's `Actor`, writing its partial rollouts through `QueueWriter` into a bounded
+in-process queue; the trainer takes one and appends what else is waiting until an episode
+end (`pull_rollouts`, the seed's `pull_batch_from_queue`).
 
 A rollout is a dict of time-major tensors `[T+1, E]` (E envs stepped by one worker), index 0
 repeating the previous rollout's last step, with `state_h` / `state_c` `[E, H]`: the
 LSTM state at its start (the seed's `features`), exactly IMPALA's unroll layout, so one
-loss-side pairing serves both.
+loss-side pairing serves both. `baseline[t+1]` is the runner's `V(x_t)` (the seed's
+`rollout.values`); with `record_bootstrap`, `bootstrap` `[E]` is its `V(x_T)` after the last
+step (the seed's `rollout.r`). With `end_at_episode_end` a rollout stops at the step that
+ends an episode: `[t+1, E]`, `t <= T` (the seed's partial rollout ending at its terminal).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from gazelle.backends.local.layout import STEP_FIELDS
 from gazelle.models import state_size
+from gazelle.runtime.actor import Actor
 from gazelle.types import ObsSpec
 
 Rollout = dict[str, torch.Tensor]
@@ -36,6 +41,7 @@ class QueueWriter:
         self.state_size = state_size(use_lstm)
         self.rollouts: queue.Queue[Rollout] = queue.Queue(maxsize=maxsize)
         self._current: Rollout = {}
+        self._last_t = 0  # the last index written in the current rollout
         self._should_stop: Callable[[], bool] = lambda: False
 
     def _fresh(self) -> Rollout:
@@ -56,12 +62,18 @@ class QueueWriter:
             return []
         self._should_stop = should_stop
         self._current = self._fresh()
+        self._last_t = 0
         return list(range(count))
 
     def write_step(self, slots: torch.Tensor, t: int, values: dict[str, torch.Tensor]) -> None:
+        self._last_t = max(self._last_t, t)
         for name, value in values.items():
             if name in self._current:
                 self._current[name][t, slots] = value
+
+    def write_bootstrap(self, values: torch.Tensor) -> None:
+        """The runner's `V(x_T)` `[E]` after the rollout's last step."""
+        self._current["bootstrap"] = values.float().clone()
 
     def write_state(self, slots: torch.Tensor, state: tuple[torch.Tensor, ...]) -> None:
         if state:
@@ -69,7 +81,12 @@ class QueueWriter:
             self._current["state_c"][slots] = state[1]
 
     def commit(self, slots: list[int], actor_id: int, level_id: int, version: int) -> None:
-        rollout = self._current
+        # why: an unroll that ended early (end_at_episode_end) wrote indices 0..t only.
+        steps = self._last_t + 1
+        rollout = {
+            name: value[:steps] if name not in _PER_ROLLOUT else value
+            for name, value in self._current.items()
+        }
         rollout["policy_version"] = torch.tensor(version)
         while True:
             try:
@@ -81,13 +98,45 @@ class QueueWriter:
                     return
 
 
+#: Fields with no time dim: one value per rollout (per env).
+_PER_ROLLOUT = ("state_h", "state_c", "bootstrap", "policy_version")
+
+
+class Runner(Actor):
+    """The seed's `RunnerThread`: gazelle's `Actor`, with the seed's two habits when asked:
+    rollouts that end at an episode's end (`end_at_episode_end`), and `V(x_T)` of the
+    policy that acted, recorded after each rollout's last step (`record_bootstrap`)."""
+
+    buffers: QueueWriter
+
+    def __init__(
+        self, *args: Any, end_at_episode_end: bool, record_bootstrap: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.end_at_episode_end = end_at_episode_end
+        self.record_bootstrap = record_bootstrap
+
+    @torch.inference_mode()
+    def unroll(self, slot_ids: list[int]) -> None:
+        super().unroll(slot_ids)
+        if not self.record_bootstrap:
+            return
+        # why: the policy's state is now the one after x_{T-1}, so this is V(x_T) from the
+        # state the next step would use (the seed's `policy.value(last_state, *features)`),
+        # with the weights that acted; where x_T starts an episode, the loss ignores it.
+        index = torch.arange(self.spec.envs_per_actor)
+        values = self.policy.values(self.obs, self.last["action"], self.last["reward"], index)
+        self.buffers.write_bootstrap(values)
+
+
 def _ended(rollout: Rollout) -> bool:
     """Whether an episode ended in this rollout (index 0 repeats the previous one)."""
     return bool((rollout["terminated"][1:] | rollout["truncated"][1:]).any())
 
 
 def join(rollouts: list[Rollout]) -> Rollout:
-    """Consecutive rollouts of the same envs as one: `[1 + sum T_i, E]`, the first's state.
+    """Consecutive rollouts of the same envs as one: `[1 + sum T_i, E]`, the first's state,
+    the last's bootstrap.
 
     why: index 0 of each later rollout repeats the last step of the one before; it is
     dropped so every step appears once.
@@ -95,7 +144,9 @@ def join(rollouts: list[Rollout]) -> Rollout:
     first = rollouts[0]
     out: Rollout = {}
     for name, value in first.items():
-        if name in ("state_h", "state_c", "policy_version"):
+        if name == "bootstrap":
+            out[name] = rollouts[-1][name]  # why: V(x_T) after the last one's last step
+        elif name in _PER_ROLLOUT:
             out[name] = value
         else:
             out[name] = torch.cat([value] + [r[name][1:] for r in rollouts[1:]], dim=0)

@@ -2,9 +2,11 @@
 `run_worker`, the work this algorithm hands its backend (a local process or a Ray actor
 runs it as `run_worker(spec, context, server, settings)`).
 
-- The **runner thread** is the runtime's `Actor`: it steps the worker's envs with its own
-  copy of the policy (pulled from the global network at each rollout's start) and puts
-  partial rollouts, with the LSTM state at their start, into a bounded queue.
+- The **runner thread** is the runtime's `Actor` (`rollouts.Runner`): it steps the
+  worker's envs with its own copy of the policy (pulled from the global network at each
+  rollout's start) and puts partial rollouts, with the LSTM state at their start, into a
+  bounded queue; as the seed's runner, when asked, it ends a rollout at an episode's end
+  and records `V(x_T)` after its last step.
 - The **trainer** (the process's main thread) copies the global weights into the local
   network, takes a rollout and what else is waiting until an episode end, computes the A3C
   loss and its gradient, clips it, and applies it to the global network through the shared
@@ -23,8 +25,9 @@ import torch
 from torch import nn
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
-from gazelle.algorithms.a3c.rollouts import QueueWriter, pull_rollouts
-from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
+from gazelle.algorithms.a3c.rollouts import QueueWriter, Runner, pull_rollouts
+from gazelle.config import Config
+from gazelle.runtime.actor import ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.interfaces import ParameterServer, WorkerContext
 from gazelle.runtime.layer_stats import grad_rms, parameter_groups
@@ -40,6 +43,23 @@ class TrainerSettings:
     queue_size: int
     action_repeats: int
     rollout_timeout_s: float = 600.0
+    end_at_episode_end: bool = False
+
+
+def trainer_settings(config: Config, action_repeats: int) -> TrainerSettings:
+    """A resolved config's trainer settings (`--algo a3c`)."""
+    a3c = config.a3c
+    assert a3c.advantage_values is not None
+    return TrainerSettings(
+        loss=A3CLossSettings(
+            a3c.discounting, a3c.gae_lambda, a3c.entropy_cost, a3c.baseline_cost,
+            a3c.reward_clipping, a3c.advantage_values,
+        ),
+        grad_norm_clip=a3c.grad_norm_clip,
+        queue_size=a3c.queue_size,
+        action_repeats=action_repeats,
+        end_at_episode_end=bool(a3c.end_rollout_at_episode_end),
+    )  # fmt: skip
 
 
 class ServerParams:
@@ -121,7 +141,11 @@ def run_worker(
             settings.queue_size,
         )
         policy = LocalPolicy(actor_agent(spec), ServerParams(server), spec.envs_per_actor)
-        actor = Actor(spec, writer, policy, child.report, child.beat)
+        actor = Runner(
+            spec, writer, policy, child.report, child.beat,
+            end_at_episode_end=settings.end_at_episode_end,
+            record_bootstrap=settings.loss.advantage_values == "acting",
+        )  # fmt: skip
 
         def run() -> None:
             try:

@@ -168,7 +168,7 @@ def build(
     keep_freed_memory()  # why: the learner reallocates its big activations every step
     learner_threads(config, device)
     model = config.model
-    assert model.use_lstm is not None  # resolved from the preset
+    assert model.use_lstm is not None and model.init is not None  # resolved from the preset
     agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init).to(device)
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     request = BackendRequest(

@@ -167,9 +167,3 @@ class SharedAdamServer:
         self.frames.zero_()
         if isinstance(frames, torch.Tensor):
             self.frames[0] = int(frames.sum())
-
-
-def global_norm(tensors: Sequence[torch.Tensor | None]) -> float:
-    """The global L2 norm of a list of tensors (None skipped)."""
-    total = sum(float(t.float().pow(2).sum()) for t in tensors if t is not None)
-    return math.sqrt(total)

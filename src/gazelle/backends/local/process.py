@@ -28,6 +28,11 @@ from gazelle.runtime.interfaces import Work
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
+#: Seconds a new process may take to its first heartbeat (import torch, build its envs)
+#: before it is taken to be hung, when that is longer than `actor_timeout_s`: a short
+#: timeout for a running actor must not kill every replacement while it starts on a busy
+#: machine.
+START_TIMEOUT_S = 120.0
 
 
 class ProcessFleet:
@@ -39,7 +44,8 @@ class ProcessFleet:
         ctx: a `spawn` multiprocessing context.
         stop_event: set to ask every process to stop (`close()` sets it).
         actor_timeout_s: a process silent (no heartbeat) for this long is taken to be hung
-            (SIGSTOPped, blocked forever): killed and replaced.
+            (SIGSTOPped, blocked forever): killed and replaced. Before its first heartbeat
+            it has `max(actor_timeout_s, START_TIMEOUT_S)`.
         max_restarts: per process, before the run gives up.
     """
 
@@ -67,6 +73,7 @@ class ProcessFleet:
         # why: shared, so that children write their last sign of life where the fleet reads
         # it; CLOCK_MONOTONIC is one clock for every process of the machine.
         self.heartbeats = torch.zeros(len(self.specs), dtype=torch.float64).share_memory_()
+        self.started_at = [0.0] * len(self.specs)
         self._leftover: list[dict[str, Any]] = []
         self._closed = False
 
@@ -116,7 +123,7 @@ class ProcessFleet:
         )
         # why: the clock starts at the start, so a process that never beats (stuck while
         # building its envs) is found too.
-        self.heartbeats[index] = time.monotonic()
+        self.started_at[index] = self.heartbeats[index] = time.monotonic()
         process.start()
         # why: the child has its own copies; closing ours lets a reader see the end of
         # file when the child dies.
@@ -174,13 +181,19 @@ class ProcessFleet:
         return events
 
     def _kill_hung(self) -> list[dict[str, Any]]:
-        """SIGKILL every live process silent for more than `actor_timeout_s` (it is replaced
-        as a dead one right after); one "actor_hung" event each."""
+        """SIGKILL every live process silent for more than `actor_timeout_s` (one that has
+        not beaten yet: the start allowance), replaced as a dead one right after; one
+        "actor_hung" event each."""
         events: list[dict[str, Any]] = []
         now = time.monotonic()
         for index, process in enumerate(self.processes):
-            silent = now - float(self.heartbeats[index])
-            if process is None or silent <= self.actor_timeout_s or not process.is_alive():
+            last = float(self.heartbeats[index])
+            # why: until its first beat the heartbeat still holds the start time.
+            limit = self.actor_timeout_s
+            if last <= self.started_at[index]:
+                limit = max(self.actor_timeout_s, START_TIMEOUT_S)
+            silent = now - last
+            if process is None or silent <= limit or not process.is_alive():
                 continue
             # why: SIGKILL ends a stopped (SIGSTOP) process too, and a blocked one.
             process.kill()

@@ -1,0 +1,106 @@
+"""benchmarks/a3c_differences.py: each arm is the gazelle preset with exactly one of the four
+points switched to the seed's way (as gazelle's own CLI parses its flags), the seeds run
+outermost and done ones are skipped, and the report reads time_to_score.py's per-arm
+reports. No training is run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gazelle.cli import build_parser, config_from_args
+from gazelle.config import resolve, validate
+from gazelle.config.presets import GAZELLE_A3C_AGENT, UNIVERSE_STARTER_AGENT
+from gazelle.envs.probe import EnvProbe
+from gazelle.types import ObsSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+spec = importlib.util.spec_from_file_location(
+    "a3c_differences", ROOT / "benchmarks" / "a3c_differences.py"
+)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+ATARI = EnvProbe(["PongNoFrameskip-v4"], ObsSpec((1, 42, 42), np.dtype(np.uint8), 6), 4, "atari")
+
+
+def points(arm: str) -> dict[str, object]:
+    """The four points of the config an arm's command runs, as gazelle's CLI parses it."""
+    command = bench.train_command("PongNoFrameskip-v4", 1.0, arm)
+    assert command[:2] == ["gazelle", "train"]
+    config = resolve(validate(config_from_args(build_parser().parse_args(command[1:]))), ATARI)
+    assert config.algo == "a3c" and config.run.max_seconds == 60
+    got = {name: getattr(config.a3c, name, None) for name in GAZELLE_A3C_AGENT}
+    got["init"] = config.model.init
+    return got
+
+
+def test_each_arm_switches_one_point_the_seeds_way_and_the_ends_are_the_presets():
+    assert points("gazelle") == GAZELLE_A3C_AGENT
+    assert points("universe-starter") == UNIVERSE_STARTER_AGENT
+    differences = [arm for arm in bench.ARMS if arm not in ("gazelle", "universe-starter")]
+    switched = set()
+    for arm in differences:
+        got = points(arm)
+        changed = {name for name in got if got[name] != GAZELLE_A3C_AGENT[name]}
+        assert len(changed) == 1, (arm, changed)
+        (name,) = changed
+        assert got[name] == UNIVERSE_STARTER_AGENT[name]
+        switched.add(name)
+    assert switched == set(UNIVERSE_STARTER_AGENT)  # all four, once each
+
+
+def test_seeds_run_outermost_and_done_seeds_are_skipped(tmp_path):
+    args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], arms=["gazelle", "init-universe"],
+                                    env="CartPole-v1", minutes=5.0, threshold=475.0)  # fmt: skip
+    (tmp_path / "init-universe" / "seed-1").mkdir(parents=True)
+    assert bench.plan(args) == [("gazelle", 1), ("gazelle", 2), ("init-universe", 2)]
+    command = bench.run_command(args, "init-universe", 2)
+    assert command[command.index("--out") + 1] == str(tmp_path / "init-universe")
+    assert command[command.index("--seeds") + 1 :][:1] == ["2"]
+    assert command[command.index("--max-minutes") + 1] == "7.0"  # 5 minutes + the grace
+    assert command[command.index("--") + 1 :] == [
+        "gazelle", "train", "--algo", "a3c", "--env", "CartPole-v1", "--max-seconds", "300",
+        "--init", "universe",
+    ]  # fmt: skip
+
+
+def test_the_report_reads_each_arms_seeds(tmp_path):
+    def seed(n, end, reached=None):
+        return {"seed": n, "end_return": end, "end_frames": 2_000_000, "reached": reached}
+
+    (tmp_path / "gazelle").mkdir()
+    (tmp_path / "gazelle" / "report.json").write_text(json.dumps(
+        {"seeds": [seed(1, -3.0), seed(2, 18.5, {"minutes": 41.2, "frames": 9e6})]}
+    ))  # fmt: skip
+    (tmp_path / "acting-values").mkdir()
+    (tmp_path / "acting-values" / "report.json").write_text(json.dumps({"seeds": [seed(2, 5.0)]}))
+    args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], env="PongNoFrameskip-v4",
+                                    minutes=60.0, threshold=18.0)  # fmt: skip
+    summary = bench.summarise(args)
+    assert list(summary["arms"]) == ["gazelle", "acting-values"]
+    assert summary["arms"]["gazelle"]["median"] == pytest.approx(7.75)
+    table = bench.markdown(summary)
+    assert "| -3.0 (2.00M) | 18.5 (2.00M), 18 at 41.2 min | 7.8 |" in table
+    assert "`--advantage-values acting` | - | 5.0 (2.00M) | 5.0 |" in table
+    # the whole report from the command line, with the curves of the runs' progress rows
+    for arm in ("gazelle", "acting-values"):
+        logdir = tmp_path / arm / "seed-2"
+        logdir.mkdir()
+        (logdir / "launch.json").write_text(json.dumps({"launched": 1000.0}))
+        rows = [
+            {"frames": f, "episode_return": r, "wall_time": 1000.0 + 60 * m}
+            for f, r, m in ((1e5, -21.0, 1), (2e5, -20.0, 2), (3e5, -15.0, 3))
+        ]
+        (logdir / "progress.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    argv = ["--out", str(tmp_path), "--env", "PongNoFrameskip-v4", "--minutes", "60",
+            "--threshold", "18", "--report"]  # fmt: skip
+    assert bench.main(argv) == 0
+    assert (tmp_path / "report.md").read_text() == table
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
