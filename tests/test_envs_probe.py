@@ -57,9 +57,25 @@ def test_a_vector_spec_has_no_protocol():
 
 
 def test_levels_that_differ_say_how():
-    with pytest.raises(LevelsDiffer, match=r"4 actions.*6 actions") as err:
-        probe("ALE/Breakout-v5,ALE/Pong-v5")
-    assert err.value.kind == "atari"
+    with pytest.raises(LevelsDiffer, match=r"4 actions \(NOOP, FIRE.*6 actions") as err:
+        probe("ALE/Breakout-v5,ALE/Pong-v5", full_action_space=False)
+    assert (err.value.kind, err.value.what) == ("atari", "actions")
+    with pytest.raises(LevelsDiffer, match=r"same observations") as err:
+        probe("CartPole-v1,Acrobot-v1")
+    assert err.value.what == "observations"
+
+
+def test_levels_whose_actions_differ_get_the_full_action_set_unless_told_not_to():
+    found = probe("ALE/Breakout-v5,ALE/Pong-v5")
+    assert found.full_action_space and found.obs_spec.num_actions == 18
+    same = probe("ALE/Pong-v5,PongNoFrameskip-v4")
+    assert not same.full_action_space and same.obs_spec.num_actions == 6
+
+
+def test_games_with_as_many_actions_but_other_ones_differ():
+    """Equal counts are not enough: the actions' meanings must agree too."""
+    with pytest.raises(LevelsDiffer, match="same actions"):
+        probe("ALE/Pong-v5,ALE/Qbert-v5", full_action_space=False)
 
 
 def test_prepare_resolves_the_spec_once(resolved, monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ from gazelle.envs import (
     table_for,
 )
 from gazelle.envs.dmlab30 import TEST_LEVELS, TRAIN_LEVELS
+from gazelle.envs.scores import mean_level_return
 
 # IMPALA paper (Espeholt et al., 2018), appendix: per-game returns of IMPALA on Atari-57
 # (no-op starts), in the alphabetical order of ATARI57. The paper reports a median
@@ -142,3 +143,10 @@ def test_both_algorithms_log_the_score_through_telemetry(tmp_path):
         float(np.mean(list(expected.values())))
     )
     logger.close()
+
+
+def test_mean_level_return_is_the_mean_of_each_levels_mean():
+    returns = {"a": [1.0, 3.0], "b": [10.0], "c": [-2.0, -2.0, -2.0]}
+    assert mean_level_return(returns) == pytest.approx((2.0 + 10.0 - 2.0) / 3)
+    with pytest.raises(ValueError, match="every level"):
+        mean_level_return({"a": [1.0], "b": []})

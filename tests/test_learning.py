@@ -69,6 +69,29 @@ def test_instruction_task_is_not_solved_without_the_encoder(tmp_path):
     assert result.recent_return is not None and result.recent_return <= 0.4, result
 
 
+#: A contextual bandit through Gymnasium's own Dict spaces (gazelle/DictObs-v0): random
+#: pixels, a random position, a fixed mission text, and `target` (a Discrete) saying which
+#: of 4 actions pays 1, for 8 steps. Settings for a ~15 s run: 16 envs, B=8, T=8, Adam 3e-3,
+#: no LSTM (nothing to remember). Measured: 6.4 of 8 at 12K frames (seeds 1, 2), ~25 s
+#: each; with `target` withheld (or its embedding zeroed) 2.0.
+DICT_OBS = dict(
+    env="gazelle/DictObs-v0", total_frames=12_000, envs_per_actor=16, batch_size=8,
+    unroll_length=8, optimizer="adam", learning_rate=0.003, epsilon=1e-8, use_lstm=False,
+)  # fmt: skip
+
+
+def test_dict_task_is_solved_by_reading_its_discrete_key(tmp_path):
+    result = run(tmp_path, **DICT_OBS)
+    assert result.recent_return is not None and result.recent_return >= 5.0, result
+
+
+def test_dict_task_stays_at_chance_with_its_discrete_key_withheld(tmp_path):
+    # Same run, `target` withheld (the image, vector and text keys are still read): the
+    # best a policy can do is chance, 8 / 4 = 2 (a 100-episode mean has sd ~0.12).
+    result = run(tmp_path, withhold_obs="target", **DICT_OBS)
+    assert result.recent_return is not None and result.recent_return <= 2.6, result
+
+
 def atari_defaults() -> dict:
     """The IMPALA settings gazelle gives an Atari game (its preset), for a non-Atari task."""
     from gazelle.config import IMPALA_PRESETS

@@ -3,13 +3,13 @@
 As the seed's test mode: the checkpoint's agent acts (sampling from its policy, or greedy on
 request) in each level with the test-mode env config (DMLab: hold-out levels and the fixed
 mixer seed; `dmlab30` maps to the 30 test levels); prints the mean return per level and the
+mean over levels of their mean returns (a multi-task run's summary) and the
 human-normalised score where the levels have reference scores, and writes
 `test_results.json` in the run's directory.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,8 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.config import Config
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
-from gazelle.types import INSTRUCTION
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
 
 RESULTS_FILE = "test_results.json"
@@ -52,9 +50,8 @@ def run_episodes(
     episode_return, steps = 0.0, 0
     with torch.inference_mode():
         while len(returns) < episodes:
-            batch: dict[str, Any] = {"frame": np.asarray(obs["frame"])[None]}
-            if INSTRUCTION in obs:
-                batch[INSTRUCTION] = [obs[INSTRUCTION]]
+            # why: a batch of one env: arrays get a leading axis, text becomes a list.
+            batch = {k: [v] if isinstance(v, str) else np.asarray(v)[None] for k, v in obs.items()}
             out, state = agent.step(encode(batch), action, reward, done, state, greedy=greedy)
             action = out.action
             obs, r, terminated, truncated, info = env.step(int(action[0]))
@@ -98,13 +95,14 @@ def evaluate(
     Returns:
         `{"levels": {level: {"mean_return", "std_return", "returns"[, "videos"]}},
         "episodes_per_level", "greedy", "frames_trained", "provenance"}`, plus
-        `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
+        `mean_level_return` (the mean of the levels' mean returns) with more than one
+        level, `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
         reference scores; the same dict is written to `logdir/test_results.json`.
 
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
     must be registered in this process too (test mode runs here, in no child process).
     """
-    from gazelle.algorithms.common import env_kwargs
+    from gazelle.algorithms.common import agent_obs_spec, env_kwargs
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
     from gazelle.models import build_agent
 
@@ -126,7 +124,6 @@ def evaluate(
         "levels": {},
     }
     agent = None
-    encode = ObsEncoder(MAX_TOKENS, config.model.use_instruction)
     level_returns: dict[str, list[float]] = {}
     if video < 0:
         raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
@@ -135,9 +132,8 @@ def evaluate(
         recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
             if agent is None:
-                spec = obs_spec(env)
-                if not config.model.use_instruction:
-                    spec = dataclasses.replace(spec, has_instruction=False)
+                spec = agent_obs_spec(config, obs_spec(env))
+                encode = ObsEncoder(spec)
                 # why: an A3C agent's core may see the features alone (--no-last-action-reward).
                 inputs = config.a3c.last_action_reward if config.algo == "a3c" else True
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
@@ -164,6 +160,10 @@ def evaluate(
             results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
             if verbose:
                 print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
+    if len(levels) > 1:
+        results["mean_level_return"] = scores.mean_level_return(level_returns)
+        if verbose:
+            print(f"mean over the {len(levels)} levels: {results['mean_level_return']:.2f}")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
             level_returns, per_level_cap=None

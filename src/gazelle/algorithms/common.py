@@ -20,6 +20,7 @@ from gazelle.config import (
     validate,
 )
 from gazelle.runtime.learner import cpu_has_native_bf16
+from gazelle.types import INSTRUCTION, ObsSpec
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
@@ -50,14 +51,34 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["full_action_space"] = True
     if env.atari_frames is not None:
         kwargs["preset"] = env.atari_frames
+    if env.raw_obs:
+        kwargs["preset"] = "raw"  # why: every family's make takes it: the generic adapter
     return kwargs
+
+
+def agent_obs_spec(config: Config, spec: ObsSpec) -> ObsSpec:
+    """The env's obs spec less what the agent is not given: the instruction with
+    --no-use-instruction, the keys of --withhold-obs."""
+    withheld = [k.strip() for k in (config.model.withhold_obs or "").split(",") if k.strip()]
+    if not config.model.use_instruction and spec.has_instruction:
+        withheld.append(INSTRUCTION)
+    if not withheld:
+        return spec
+    try:
+        return spec.without(list(dict.fromkeys(withheld)))
+    except (KeyError, ValueError) as err:
+        raise ConfigError(
+            "withhold_obs",
+            config.model.withhold_obs,
+            f"some of the observation's keys ({', '.join(spec.names)}) but not all",
+        ) from err
 
 
 def probe(config: Config) -> EnvProbe:
     """The env's facts (`gazelle.envs.probe`) for `config`'s env settings and algorithm;
     every distinct level of a multi-task --env must share the first one's observations and
     actions, and each level needs an actor."""
-    from gazelle.envs.probe import LevelsDiffer
+    from gazelle.envs.probe import FULL_ACTION_KINDS, LevelsDiffer
     from gazelle.envs.probe import probe as probe_env
 
     env = config.env.id
@@ -75,9 +96,11 @@ def probe(config: Config) -> EnvProbe:
         # why: Atari's preprocessing, which the observation shape depends on, is the
         # algorithm's own unless given (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42).
         frames = "universe" if config.algo == "a3c" else "deepmind"
-        return probe_env(env, frames, one_actor_per_level, **env_kwargs(config))
+        kwargs = {**env_kwargs(config), "full_action_space": config.env.full_action_space}
+        return probe_env(env, frames, one_actor_per_level, **kwargs)
     except LevelsDiffer as err:
-        hint = " (Atari games: add --full-action-space)" if err.kind == "atari" else ""
+        full = err.kind in FULL_ACTION_KINDS and err.what == "actions"
+        hint = " (one action set for all: --full-action-space)" if full else ""
         raise ConfigError("env", env, f"{err}{hint}") from err
     except ConfigError:
         raise  # why: one_actor_per_level's, already naming its flag
@@ -89,8 +112,11 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
     """Validate, probe the env, resolve every unset field; seed the learner's RNGs."""
     validate(config)
     found = probe(config)
-    if config.env.atari_frames is None and found.atari_frames is not None:
+    raw = config.env.raw_obs  # why: Atari's frames are then "raw", not a preprocessing
+    if config.env.atari_frames is None and found.atari_frames is not None and not raw:
         config = config.replace(atari_frames=found.atari_frames)
+    if config.env.full_action_space is None:
+        config = config.replace(full_action_space=found.full_action_space)
     device = resolve_device(config.run.device)
     if config.run.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         print(
@@ -106,10 +132,7 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         # the device instead of every actor running the net on a CPU core); on CPU the
         # actors' own copies avoid a round trip per step.
         config = config.replace(inference="central" if device.type == "cuda" else "local")
-    if not config.model.use_instruction:
-        found = dataclasses.replace(
-            found, obs_spec=dataclasses.replace(found.obs_spec, has_instruction=False)
-        )
+    found = dataclasses.replace(found, obs_spec=agent_obs_spec(config, found.obs_spec))
     if config.actors.num_actors is None:
         from gazelle.algorithms.layout import choose_num_actors
 

@@ -8,10 +8,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import torch
-
 from gazelle.config import Config, ConfigError
-from gazelle.types import ObsSpec
+from gazelle.types import FRAME, IMAGE, ObsSpec
 
 #: Settings a run in a logdir must share with the one that wrote its checkpoint.
 RESUME_KEYS = ("algo", "env", "model", "use_lstm")
@@ -20,20 +18,25 @@ WANDB_MODES = ("online", "offline")
 
 
 def check_torso(config: Config, spec: ObsSpec) -> None:
-    """The torso must take the env's frames (image torsos images, mlp vectors); a torso of
-    the user's own (`gazelle.register_torso`) must also map two frames to
-    `[2, output_size]` features."""
+    """The torso must take the fields it encodes (`frame` and every image: image torsos
+    images, mlp vectors); a torso of the user's own (`gazelle.register_torso`) must also
+    map two of them to `[2, output_size]` features."""
     from gazelle import registrations
     from gazelle.models import custom
-    from gazelle.models.torsos import TORSOS, make_torso
+    from gazelle.models.encoders import make_encoder, upscale_factor
+    from gazelle.models.torsos import TORSOS
 
     torso = config.model.torso
-    shape = tuple(spec.frame_shape)
+    encoded = [f for f in spec.fields if f.name == FRAME or f.kind == IMAGE]
+    shape = encoded[0].shape if encoded else spec.frame_shape
     try:
-        built = make_torso(torso, shape)
-        if registrations.torso_ref(torso) is not None:
-            dtype = torch.uint8 if spec.is_image else torch.float32
-            custom.check_forward(built, torso, shape, dtype)
+        for field in encoded:
+            built = make_encoder(field, torso, spec)
+            if registrations.torso_ref(torso) is not None:
+                c, *side = field.shape
+                k = upscale_factor(torso, field.shape) if field.kind == IMAGE else 1
+                size = (c, *(d * k for d in side))
+                custom.check_forward(built, torso, size, field.torch_dtype())
     except ValueError as err:
         fitting = [name for name, cls in TORSOS.items() if cls.is_image == (len(shape) == 3)]
         allowed = " | ".join([*fitting, *registrations.torso_names()])

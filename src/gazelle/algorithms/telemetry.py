@@ -2,17 +2,19 @@
 
 Actors report one "unroll" event per unroll (episodes that ended, seconds per step in each
 stage, action counts) and fault events (restarts, crashes, env errors). `Telemetry` turns
-them into logged episodes, `timing/actor_*` means and the action histogram, and prints the
-faults; none of it depends on what happened to the unroll itself (used, dropped as stale).
+them into logged episodes, per-level episode counts and episode statistics
+(`level_metrics`), `timing/actor_*` means and the action histogram, and prints the faults;
+none of it depends on what happened to the unroll itself (used, dropped as stale).
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
 
-from gazelle.logging import RunLogger, Timings
+from gazelle.logging import RETURN_WINDOW, RunLogger, Timings
 from gazelle.runtime.interfaces import ACTOR_STAGES
 
 
@@ -28,21 +30,43 @@ class Telemetry:
         self.restarts = 0
         self.env_errors = 0
         self.hung = 0
+        #: Games ended per level since this run (or its resume) started.
+        self.level_episodes: collections.Counter[str] = collections.Counter()
+        #: level -> statistic -> its values in the last `RETURN_WINDOW` games.
+        self._stats: dict[str, dict[str, collections.deque[float]]] = {}
+
+    def level_metrics(self) -> dict[str, float]:
+        """`episodes/<level>` (games ended since the start or resume) and, for envs that
+        report episode statistics (ViZDoom's kills, health, ...), `episode_<name>/<level>`:
+        the mean over the level's last `RETURN_WINDOW` games."""
+        metrics = {f"episodes/{level}": float(n) for level, n in self.level_episodes.items()}
+        for level, stats in self._stats.items():
+            for name, window in stats.items():
+                metrics[f"episode_{name}/{level}"] = float(np.mean(window))
+        return metrics
 
     def scores(self) -> dict[str, float]:
-        """Human-normalised scores over the levels' recent returns (Atari / DMLab-30), when
-        every level is in a score table and has returns; {} otherwise."""
+        """Once every level has returns: a multi-task run's summary, the mean over levels of
+        their recent mean returns (`scores/mean_level_return`), and the human-normalised
+        scores where every level is in a score table (Atari / DMLab-30); {} before."""
         from gazelle.envs import scores
 
         returns = self.logger.level_returns()
         if len(returns) < len(self.levels) or not all(returns.values()):
             return {}
+        summary: dict[str, float] = {}
+        if len(self.levels) > 1:
+            summary["scores/mean_level_return"] = scores.mean_level_return(returns)
         try:
             no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)
             cap = scores.compute_human_normalized_score(returns, per_level_cap=100)
         except (KeyError, ValueError):
-            return {}
-        return {"scores/human_normalized_no_cap": no_cap, "scores/human_normalized_cap_100": cap}
+            return summary
+        return {
+            **summary,
+            "scores/human_normalized_no_cap": no_cap,
+            "scores/human_normalized_cap_100": cap,
+        }
 
     def consume(self, events: list[dict[str, Any]], frames: int) -> None:
         """Log each event at the learner's current `frames`."""
@@ -55,11 +79,16 @@ class Telemetry:
 
     def _unroll(self, event: dict[str, Any], frames: int) -> None:
         level = self.levels[int(event["level_id"])]
-        for episode_return, length in event["episodes"]:
+        for episode_return, length, *more in event["episodes"]:
             self.logger.episode(
                 level, float(episode_return), int(length) * self.frame_scale, frames
             )
             self.episodes += 1
+            self.level_episodes[level] += 1
+            for name, value in (more[0] if more else {}).items():
+                windows = self._stats.setdefault(level, {})
+                window = windows.setdefault(name, collections.deque(maxlen=RETURN_WINDOW))
+                window.append(float(value))
         for stage, seconds in zip(ACTOR_STAGES, event["timing"]):
             self.timings.add(f"actor_{stage}_per_step", seconds)
         counts = np.asarray(event["action_counts"], dtype=np.int64)

@@ -4,7 +4,8 @@ An actor steps its envs one after the other in its own process (`SerialEnvs`); t
 scales by running more actor processes. This measures, in this process and with random
 actions, (1) one bare env (`env.step`, reset when an episode ends) and (2) a `SerialEnvs`
 batch of `--envs` envs (default 32). For each: env steps per second of wall time and per
-CPU-second of this process (which barely depends on what else the machine runs), and the
+CPU-second of this process and its children (ViZDoom's engine runs in one; CPU time barely
+depends on what else the machine runs), and the
 same in frames (steps x action repeats: 4 on Atari). Prints a small table, then one JSON
 line::
 
@@ -25,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from gazelle.envs.batch import SerialEnvs
+from gazelle.runtime.part_costs import cpu_seconds
 
 #: Distinct random actions drawn up front and cycled, so drawing costs nothing per step.
 _ACTION_TABLE = 512
@@ -44,16 +46,17 @@ def _timed(step: Callable[[int], Any], steps_per_call: int, seconds: float) -> t
     """Call `step(k)` for k = 0, 1, ... during `seconds` of wall time, after a warm-up.
 
     Returns:
-        (env steps per wall second, env steps per CPU-second of this process).
+        (env steps per wall second, env steps per CPU-second of this process and its
+        children).
     """
     for k in range(_WARMUP):
         step(k)
     calls = 0
-    cpu_start, start = time.process_time(), time.perf_counter()
+    cpu_start, start = cpu_seconds(), time.perf_counter()
     while (wall := time.perf_counter() - start) < seconds:
         step(calls)
         calls += 1
-    cpu = time.process_time() - cpu_start
+    cpu = cpu_seconds() - cpu_start
     steps = calls * steps_per_call
     return steps / wall, steps / cpu if cpu > 0 else float("nan")
 

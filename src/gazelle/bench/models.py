@@ -28,8 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from gazelle.models import TORSOS, Agent
+from gazelle.models.encoders import random_obs
 from gazelle.runtime.allocator import keep_freed_memory
-from gazelle.types import FRAME, ObsSpec
+from gazelle.types import ObsSpec
 
 DEFAULT_FRAMES: dict[str, tuple[int, ...]] = {
     "deep": (4, 84, 84),
@@ -56,15 +57,11 @@ def _seconds_per_call(fn: Callable[[], object], seconds: float, min_calls: int) 
 
 def _inputs(spec: ObsSpec, shape: tuple[int, ...], gen: torch.Generator) -> tuple[Any, ...]:
     """Random agent inputs of leading shape `shape` (`[B]` or `[T, B]`)."""
-    if spec.is_image:
-        frames = torch.randint(0, 256, (*shape, *spec.frame_shape), generator=gen)
-        frames = frames.to(torch.uint8)
-    else:
-        frames = torch.randn(*shape, *spec.frame_shape, generator=gen)
+    obs = random_obs(spec, shape, gen)
     last_action = torch.randint(0, spec.num_actions, shape, generator=gen)
     reward = torch.randn(shape, generator=gen)
     done = torch.rand(shape, generator=gen) < 0.002  # a rare episode end, as in practice
-    return {FRAME: frames}, last_action, reward, done
+    return obs, last_action, reward, done
 
 
 def _learner_step(
@@ -105,14 +102,15 @@ def bench_torso(
     dtype = np.uint8 if len(frame_shape) == 3 else np.float32
     spec = ObsSpec(frame_shape, np.dtype(dtype), NUM_ACTIONS)
     agent = Agent(spec, torso=name)
+    torso: Any = agent.torso
     if channels_last is not None:
-        agent.torso.channels_last_act = agent.torso.channels_last_learn = channels_last
+        torso.channels_last_act = torso.channels_last_learn = channels_last
     result: dict[str, Any] = {
         "frame_shape": list(frame_shape),
         "params": sum(p.numel() for p in agent.parameters()),
         "channels_last": {
-            "act": agent.torso.channels_last_act,
-            "learn": agent.torso.channels_last_learn,
+            "act": torso.channels_last_act,
+            "learn": torso.channels_last_learn,
         },
         "act": {},
         "learner": {},

@@ -34,12 +34,17 @@ class EnvConfig:
     life_loss: bool | None = None
     """Atari: a lost life ends the training episode (not the logged game, never in test
     mode); unset: the id's protocol (*NoFrameskip-v4 on, ALE/*-v5 off)."""
-    full_action_space: bool = False
-    """Atari: all 18 actions instead of each game's minimal set (multi-game --env needs it
-    when the games' action sets differ)."""
+    full_action_space: bool | None = None
+    """The family's full action set in every level: Atari's 18 actions instead of each
+    game's minimal set, ViZDoom's 7 buttons (and a no-op) instead of each scenario's; unset:
+    on for a multi-task --env whose levels' action sets differ, off otherwise."""
     atari_frames: str | None = None
     """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
     (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""
+    raw_obs: bool = False
+    """The env's own observations through the generic adapter instead of its family's
+    preprocessing: MiniGrid's Dict (image, direction, mission) instead of BabyAI's frame and
+    instruction, ViZDoom's own env (screen, gamevariables), Atari's RGB screen."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,9 @@ class ModelConfig:
     observations with IMPALA/APPO: turn it on for a task with hidden state; on elsewhere)."""
     use_instruction: bool = True
     """Feed the env's instruction text to the language encoder (off: ablation)."""
+    withhold_obs: str | None = None
+    """Observation keys the agent is not given, comma-separated (an ablation: what it
+    learns without them); the env still makes them, nothing stores or encodes them."""
     init: str | None = None
     """Initial weights: seed (the IMPALA seed's Sonnet initialisation: truncated normal
     1/sqrt(fan_in), zero biases, LSTM forget bias 1), universe (the A3C starter agent's:

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gazelle.types import FRAME, INSTRUCTION
+from gazelle.types import FRAME, TEXT, ObsSpec
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,11 @@ class BatchArrays:
         terminated, truncated, game_over: bool `[N]`.
         episode_return: float32 `[N]`, game total so far (see `gazelle.envs.batch`).
         episode_length: int64 `[N]`.
-        frame: `[N, *frame_shape]`, the current observation of each env.
-        final_frame: `[N, *frame_shape]`, the last observation of an episode that ended at
-            this step (meaningful only in the rows of envs that ended).
+        obs: field name -> `[N, *shape]` of the field's dtype, the current observation of
+            each env, for every field but text (`text` keeps those).
+        final_obs: the same for the last observation of an episode that ended at this step
+            (meaningful only in the rows of envs that ended).
+        text: text field name -> `N` strings (current observation).
     """
 
     action: np.ndarray
@@ -42,15 +44,15 @@ class BatchArrays:
     game_over: np.ndarray
     episode_return: np.ndarray
     episode_length: np.ndarray
-    frame: np.ndarray
-    final_frame: np.ndarray
+    obs: dict[str, np.ndarray]
+    final_obs: dict[str, np.ndarray]
+    text: dict[str, list[str]]
 
     @classmethod
-    def zeros(
-        cls, num_envs: int, frame_shape: tuple[int, ...], frame_dtype: np.dtype
-    ) -> BatchArrays:
-        """Zeroed arrays for `num_envs` envs whose frames are `frame_shape` of `frame_dtype`."""
-        n, frames = num_envs, (num_envs, *frame_shape)
+    def zeros(cls, num_envs: int, spec: ObsSpec) -> BatchArrays:
+        """Zeroed arrays for `num_envs` envs with observations described by `spec`."""
+        n = num_envs
+        arrays = [f for f in spec.fields if f.kind != TEXT]
         return cls(
             action=np.zeros(n, np.int64),
             reward=np.zeros(n, np.float32),
@@ -59,26 +61,29 @@ class BatchArrays:
             game_over=np.zeros(n, np.bool_),
             episode_return=np.zeros(n, np.float32),
             episode_length=np.zeros(n, np.int64),
-            frame=np.zeros(frames, frame_dtype),
-            final_frame=np.zeros(frames, frame_dtype),
+            obs={f.name: np.zeros((n, *f.shape), f.dtype) for f in arrays},
+            final_obs={f.name: np.zeros((n, *f.shape), f.dtype) for f in arrays},
+            text={f.name: [""] * n for f in spec.fields if f.kind == TEXT},
         )
 
 
-def _nonfinite(reward: Any, frame: Any) -> str | None:
-    """What is NaN or infinite in a step's output ("reward nan", "observation"), or None."""
+def _nonfinite(reward: Any, obs: dict[str, Any]) -> str | None:
+    """What is NaN or infinite in a step's output ("reward nan", "observation frame"), or
+    None."""
     if not np.isfinite(reward):
         return f"reward {float(reward)!r}"
-    array = np.asarray(frame)
-    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
-        return "observation"
+    for name, value in obs.items():
+        if isinstance(value, str):
+            continue
+        array = np.asarray(value)
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            return f"observation {name}"
     return None
 
 
-def split_obs(obs: Any) -> tuple[np.ndarray, str]:
-    """`(frame, instruction)` of an env observation (a Dict obs, or a bare Box array)."""
-    if isinstance(obs, dict):
-        return obs[FRAME], obs.get(INSTRUCTION, "")
-    return obs, ""
+def as_dict(obs: Any) -> dict[str, Any]:
+    """An env observation as a dict (a bare Box array is the `frame`)."""
+    return obs if isinstance(obs, dict) else {FRAME: obs}
 
 
 class EnvSlot:
@@ -107,10 +112,10 @@ class EnvSlot:
         self._arrays = arrays
         self._return = 0.0
         self._length = 0
-        #: Instruction of the current observation ("" for envs without one).
-        self.instruction = ""
-        #: Instruction of the final observation when the last step ended an episode.
-        self.final_instruction = ""
+        #: Text fields of the final observation when the last step ended an episode.
+        self.final_text: dict[str, str] = {}
+        #: The env's `info["episode_stats"]` when the last step ended a game, else {}.
+        self.stats: dict[str, float] = {}
         #: Whether the last step ended an episode (or failed).
         self.ended = False
 
@@ -126,21 +131,22 @@ class EnvSlot:
         i, arrays = self.index, self._arrays
         try:
             obs, reward, terminated, truncated, info = self.env.step(int(arrays.action[i]))
-            frame, instruction = split_obs(obs)
-            bad = _nonfinite(reward, frame)
+            obs = as_dict(obs)
+            bad = _nonfinite(reward, obs)
             if bad is not None:
                 # why: never trained on: the step is dropped as a failed one (no reward, a
                 # truncation at the last good observation) and the env is reset.
                 return self._fail(f"step {self._length + 1} of the episode: non-finite {bad}")
             ended = bool(terminated or truncated)
-            # why: the final observation goes to its own row, so the next episode's first
-            # observation can be written to `frame` without losing it.
-            (arrays.final_frame if ended else arrays.frame)[i] = frame
+            # why: the final observation goes to its own rows, so the next episode's first
+            # observation can be written to `obs` without losing it.
+            self._write(obs, arrays.final_obs if ended else arrays.obs)
         except Exception as exc:
             return self._fail(f"step: {exc!r}")
         self._return += float(reward)
         self._length += 1
         game_over = ended and bool(info.get("game_over", True))
+        self.stats = dict(info.get("episode_stats") or {}) if game_over else {}
         arrays.reward[i] = reward
         arrays.terminated[i] = terminated
         arrays.truncated[i] = truncated
@@ -149,9 +155,9 @@ class EnvSlot:
         arrays.episode_length[i] = self._length
         self.ended = ended
         if not ended:
-            self.instruction = instruction
+            self._write_text(obs, arrays.text)
             return None
-        self.final_instruction = instruction
+        self.final_text = {name: str(obs[name]) for name in arrays.text}
         if game_over:
             self._return, self._length = 0.0, 0
         return self._reset_row()
@@ -159,6 +165,7 @@ class EnvSlot:
     def _fail(self, error: str) -> str:
         """Report a failed step as a truncation without reward, then reset the env."""
         i, arrays = self.index, self._arrays
+        self.stats = {}
         arrays.reward[i] = 0.0
         arrays.terminated[i] = False
         arrays.truncated[i] = True
@@ -167,8 +174,9 @@ class EnvSlot:
         arrays.episode_return[i] = self._return
         arrays.episode_length[i] = self._length
         # why: the last good observation is the final one of the cut episode.
-        arrays.final_frame[i] = arrays.frame[i]
-        self.final_instruction = self.instruction
+        for name, rows in arrays.obs.items():
+            arrays.final_obs[name][i] = rows[i]
+        self.final_text = {name: rows[i] for name, rows in arrays.text.items()}
         self.ended = True
         self._return, self._length = 0.0, 0
         reset_error = self._reset_row()
@@ -197,8 +205,18 @@ class EnvSlot:
         return int(np.random.SeedSequence([self._first_seed, self._rebuilds]).generate_state(1)[0])
 
     def _write_reset(self, obs: Any) -> None:
-        frame, self.instruction = split_obs(obs)
-        self._arrays.frame[self.index] = frame
+        obs = as_dict(obs)
+        self._write(obs, self._arrays.obs)
+        self._write_text(obs, self._arrays.text)
+
+    def _write(self, obs: dict[str, Any], rows: dict[str, np.ndarray]) -> None:
+        """Row `index` of every array field; a key the batch does not hold is ignored."""
+        for name, target in rows.items():
+            target[self.index] = obs[name]
+
+    def _write_text(self, obs: dict[str, Any], rows: dict[str, list[str]]) -> None:
+        for name, target in rows.items():
+            target[self.index] = str(obs[name])
 
     def close(self) -> None:
         try:

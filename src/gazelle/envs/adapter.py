@@ -1,9 +1,14 @@
 """Adapt any Gymnasium env to gazelle's observation and action contract.
 
-Observations become a dict `{"frame": ..., "instruction"?: str}`: image Boxes (uint8, rank 2
-or 3, Gymnasium's `[H, W, C]` layout) become uint8 `[C, H, W]`; every other supported space
-becomes a float32 vector `[D]`. Actions become `Discrete(n)` indices `0..n-1`, mapped to the
-env's native action inside (the seed's `action_set`).
+Observations become a dict in gazelle's form (`gazelle.envs.spaces`). A bare space becomes
+`{"frame": ...}`: image Boxes (uint8, rank 2 or 3, Gymnasium's `[H, W, C]` layout) become
+uint8 `[C, H, W]`; every other supported space a float32 vector `[D]` (Discrete and
+MultiDiscrete one-hot). A Dict keeps its keys, each converted by its space (`key_converter`):
+images as above, other Boxes and MultiBinary float32 vectors, Discrete and MultiDiscrete
+indices from 0 (embedded by the agent), Text as text; the key `frame` is taken as already in
+gazelle's form (uint8 `[C, H, W]` or a vector) and `instruction` as text. Actions become
+`Discrete(n)` indices `0..n-1`, mapped to the env's native action inside (the seed's
+`action_set`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from gazelle.types import FRAME, INSTRUCTION
+from gazelle.envs.spaces import is_text
+from gazelle.types import FRAME, INSTRUCTION, RESERVED_KEYS
 
 #: Longest instruction text accepted by the `instruction` space.
 MAX_INSTRUCTION_CHARS = 1024
@@ -82,8 +88,53 @@ def frame_converter(space: spaces.Space) -> tuple[spaces.Box[Any], Callable[[Any
         return spaces.Box(0.0, 1.0, (total,), np.float32), one_hot
     raise ValueError(
         f"unsupported observation space {space}: gazelle takes Box, Discrete, MultiDiscrete, "
-        "MultiBinary, or a Dict with a 'frame' Box (and optionally 'instruction' Text)"
+        "MultiBinary, or a Dict of them (and Text)"
     )
+
+
+def key_name(key: Any) -> str:
+    """The obs dict key gazelle uses for a Dict space's `key`: as text, `.` as `_`, and
+    `obs_<key>` for a name the unroll uses itself (`gazelle.types.RESERVED_KEYS`)."""
+    name = str(key).replace(".", "_") or "obs_"
+    return f"obs_{name}" if name in RESERVED_KEYS else name
+
+
+def key_converter(key: str, space: spaces.Space) -> tuple[spaces.Space, Callable[[Any], Any]]:
+    """The converted space of one key of a Dict observation and the function converting a
+    value to it (see the module docstring).
+
+    Raises:
+        ValueError: a space gazelle cannot take (a nested Dict, Tuple, Graph, ...).
+    """
+    if is_text(space):
+        return instruction_space(), str
+    frame_image = len(space.shape or ()) == 3 and space.dtype == np.uint8
+    if key == FRAME and isinstance(space, spaces.Box) and frame_image:
+        return space, lambda o: np.asarray(o, np.uint8)  # why: `frame` is [C, H, W]
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+        return spaces.MultiDiscrete([n]), lambda o: np.array([int(o) - start], np.int64)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec, starts = space.nvec.reshape(-1), space.start.reshape(-1)
+        return spaces.MultiDiscrete(nvec), lambda o: np.asarray(o, np.int64).reshape(-1) - starts
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        return frame_converter(space)
+    raise ValueError(
+        f"unsupported observation space {space} of key {key!r}: gazelle takes Box, Discrete, "
+        "MultiDiscrete, MultiBinary and Text in a Dict (no nested Dict or Tuple)"
+    )
+
+
+def dict_converter(space: spaces.Dict) -> tuple[spaces.Dict, Callable[[Any], Obs]]:
+    """A Dict observation space in gazelle's form, and the converting function."""
+    converters = {
+        key: (key_name(key), *key_converter(key_name(key), sub)) for key, sub in space.items()
+    }
+    names = [name for name, _, _ in converters.values()]
+    if len(set(names)) != len(names):
+        raise ValueError(f"observation keys {list(space)} clash once renamed: {names}")
+    out = spaces.Dict({name: sub for name, sub, _ in converters.values()})
+    return out, lambda o: {name: fn(o[key]) for key, (name, _, fn) in converters.items()}
 
 
 def action_mapper(space: spaces.Space) -> tuple[int, Callable[[int], Any]]:
@@ -150,6 +201,8 @@ class GymAdapter(gymnasium.Wrapper):
         elif _is_contract_dict(env.observation_space):
             obs_space = env.observation_space
             self._convert = dict
+        elif isinstance(env.observation_space, spaces.Dict):
+            obs_space, self._convert = dict_converter(env.observation_space)
         else:
             box, frame_fn = frame_converter(env.observation_space)
             obs_space = spaces.Dict({FRAME: box})

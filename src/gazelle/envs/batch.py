@@ -5,7 +5,7 @@ actor processes, not by giving an actor worker processes (actors are daemonic pr
 which cannot start children)::
 
     with SerialEnvs([partial(make, "ALE/Pong-v5", seed=s) for s in range(8)]) as envs:
-        obs = envs.reset()                  # {"frame": [N, ...], "instruction": [N str]}
+        obs = envs.reset()                  # {"frame": [N, ...], "instruction": [N str], ...}
         out = envs.step(actions)            # BatchStep; ended envs are already reset
 
 An env whose episode ends is reset at once: `obs` then holds the first observation of the
@@ -16,8 +16,9 @@ life-loss ends (`info["game_over"] == False`) and restart after the step where
 reset (rebuilt from its factory if the reset raises too) and reports `truncated=True`, no
 reward and `game_over=False`.
 
-Memory: `obs["frame"]` is a read-only view of a buffer that the next `step()`/`reset()`
-overwrites: copy what you keep. All other fields are fresh arrays. Not thread-safe.
+Memory: each array of `obs` (`obs["frame"]`, ...) is a read-only view of a buffer that the
+next `step()`/`reset()` overwrites: copy what you keep. All other fields are fresh arrays.
+Not thread-safe.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ import gymnasium as gym
 import numpy as np
 
 from gazelle.envs._batch_slot import BatchArrays, EnvSlot
-from gazelle.types import FRAME, INSTRUCTION, ObsSpec
+from gazelle.envs.spaces import obs_spec_of
+from gazelle.types import ObsSpec
 
 __all__ = ["BatchStep", "SerialEnvs"]
 
-#: A batched observation: `frame` `[N, ...]`, and `instruction` (`N` str) if the task has one.
+#: A batched observation: each array field `[N, ...]` (`frame`, ...), each text field `N` str.
 BatchObs = dict[str, Any]
 
 
@@ -43,7 +45,7 @@ class BatchStep(NamedTuple):
 
     Attributes:
         obs: batched observation after the step; for ended envs, the first observation of
-            their next episode. `obs["frame"]` is only valid until the next call.
+            their next episode. Its arrays are only valid until the next call.
         reward: float32 `[N]`.
         terminated: bool `[N]`, the episode ended in a terminal state.
         truncated: bool `[N]`, the episode was cut (time limit, or an env error).
@@ -52,6 +54,8 @@ class BatchStep(NamedTuple):
         episode_length: int64 `[N]`, game length in agent steps up to this step.
         final_obs: env index -> last observation of the episode that ended at this step.
         errors: `(env index, message)` of envs that raised and were reset.
+        episode_stats: env index -> the statistics its env reported for the game that
+            ended at this step (`info["episode_stats"]`: ViZDoom's kills, health, ...).
     """
 
     obs: BatchObs
@@ -63,26 +67,16 @@ class BatchStep(NamedTuple):
     episode_length: np.ndarray
     final_obs: dict[int, dict[str, Any]]
     errors: list[tuple[int, str]]
+    episode_stats: dict[int, dict[str, float]]
 
 
 def _spec_of(observation_space: gym.Space, action_space: gym.Space) -> ObsSpec:
-    """`ObsSpec` of an env with a Dict (`frame` Box, optional `instruction` Text) or Box
-    observation space and a `Discrete(n)` action space starting at 0."""
-    has_instruction = False
-    frame_space = observation_space
-    if isinstance(observation_space, gym.spaces.Dict):
-        frame_space = observation_space[FRAME]
-        has_instruction = INSTRUCTION in observation_space.spaces
-    if not isinstance(frame_space, gym.spaces.Box):
-        raise TypeError(f"frame space must be a Box, got {frame_space}")
-    if not isinstance(action_space, gym.spaces.Discrete) or int(action_space.start) != 0:
-        raise TypeError(f"action space must be Discrete(n) starting at 0, got {action_space}")
-    return ObsSpec(
-        frame_shape=tuple(frame_space.shape),
-        frame_dtype=np.dtype(frame_space.dtype),
-        num_actions=int(action_space.n),
-        has_instruction=has_instruction,
-    )
+    """`ObsSpec` of an env in gazelle's form (`gazelle.envs.spaces.obs_spec_of`); TypeError
+    for a space a batch cannot hold."""
+    try:
+        return obs_spec_of(observation_space, action_space)
+    except ValueError as err:
+        raise TypeError(str(err)) from err
 
 
 class SerialEnvs:
@@ -119,17 +113,16 @@ class SerialEnvs:
                     env.close()
             raise
         self.obs_spec: ObsSpec = specs.pop()
-        self._arrays = BatchArrays.zeros(
-            self.num_envs, self.obs_spec.frame_shape, self.obs_spec.frame_dtype
-        )
+        self._arrays = BatchArrays.zeros(self.num_envs, self.obs_spec)
         self._slots = [
             EnvSlot(i, env, fn, seed, self._arrays)
             for i, (env, fn, seed) in enumerate(zip(envs, env_fns, seed_list))
         ]
-        self._instructions = [""] * self.num_envs
-        # why: callers get a read-only view, so they cannot write into the batch's buffer.
-        self._frames = self._arrays.frame.view()
-        self._frames.flags.writeable = False
+        # why: callers get read-only views, so they cannot write into the batch's buffers.
+        self._views: dict[str, np.ndarray] = {}
+        for name, rows in self._arrays.obs.items():
+            self._views[name] = rows.view()
+            self._views[name].flags.writeable = False
         self._needs_reset = True
         self._closed = False
 
@@ -139,7 +132,6 @@ class SerialEnvs:
             raise RuntimeError("the env batch is closed")
         for slot in self._slots:
             slot.reset()
-            self._instructions[slot.index] = slot.instruction
         self._needs_reset = False
         return self._obs()
 
@@ -161,16 +153,18 @@ class SerialEnvs:
         arrays.action[:] = actions
         errors: list[tuple[int, str]] = []
         final_obs: dict[int, dict[str, Any]] = {}
+        stats: dict[int, dict[str, float]] = {}
         for slot in self._slots:
             error = slot.step()
             if error is not None:
                 errors.append((slot.index, error))
             if slot.ended:
-                final = {FRAME: arrays.final_frame[slot.index].copy()}
-                if self.obs_spec.has_instruction:
-                    final[INSTRUCTION] = slot.final_instruction
-                final_obs[slot.index] = final
-            self._instructions[slot.index] = slot.instruction
+                final: dict[str, Any] = {
+                    name: rows[slot.index].copy() for name, rows in arrays.final_obs.items()
+                }
+                final_obs[slot.index] = {**final, **slot.final_text}
+            if slot.stats:
+                stats[slot.index] = slot.stats
         return BatchStep(
             obs=self._obs(),
             reward=arrays.reward.copy(),
@@ -181,12 +175,13 @@ class SerialEnvs:
             episode_length=arrays.episode_length.copy(),
             final_obs=final_obs,
             errors=errors,
+            episode_stats=stats,
         )
 
     def _obs(self) -> BatchObs:
-        obs: BatchObs = {FRAME: self._frames}
-        if self.obs_spec.has_instruction:
-            obs[INSTRUCTION] = list(self._instructions)
+        obs: BatchObs = dict(self._views)
+        for name, texts in self._arrays.text.items():
+            obs[name] = list(texts)
         return obs
 
     def close(self) -> None:

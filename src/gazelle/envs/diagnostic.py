@@ -5,8 +5,11 @@
 - `gazelle/FastAtari-v0` (`FastAtariEnv`): Atari-shaped frames without an emulator.
 - `gazelle/Catch-v0` (`gazelle.envs.catch.CatchEnv`): Pong's small ball and rare reward in a
   task that trains in minutes.
+- `gazelle/DictObs-v0` (`DictObsEnv`): a Gymnasium Dict observation of four kinds of key,
+  one of which (a Discrete) the agent must read.
 
-All observations follow the contract (`frame`, optionally `instruction`) and every step sets
+The first four follow gazelle's contract (`frame`, optionally `instruction`); `DictObs` has
+Gymnasium's own spaces and goes through the generic adapter. Every step sets
 `info["game_over"]`.
 """
 
@@ -129,6 +132,52 @@ class InstructionEnv(gymnasium.Env):
         return obs, reward, True, False, {"game_over": True}
 
 
+class DictObsEnv(gymnasium.Env):
+    """Read the `target` key of a Dict observation.
+
+    Observation (Gymnasium's spaces, converted by `gazelle.envs.adapter.GymAdapter`):
+    `view` uint8 `[8, 8, 3]` random pixels, `position` float32 `[2]` random, `mission` the
+    text "press the target button", and `target` `Discrete(num_actions, start=1)`, drawn
+    anew at every step. Action `i` is rewarded 1 when `i == target - 1`, else 0; an episode
+    lasts `episode_length` steps. Only `target` says what pays: optimal return
+    `episode_length` (8); an agent that does not read it, `episode_length / num_actions` (2).
+    """
+
+    def __init__(self, num_actions: int = 4, episode_length: int = 8) -> None:
+        self.num_actions, self.episode_length = num_actions, episode_length
+        self.observation_space = spaces.Dict(
+            {
+                "view": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                "position": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                "mission": instruction_space(),
+                "target": spaces.Discrete(num_actions, start=1),
+            }
+        )
+        self.action_space = spaces.Discrete(num_actions)
+        self._t, self._target = 0, 1
+
+    def _obs(self) -> dict[str, Any]:
+        rng = self.np_random
+        self._target = int(rng.integers(1, self.num_actions + 1))
+        return {
+            "view": rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+            "position": rng.uniform(-1.0, 1.0, 2).astype(np.float32),
+            "mission": "press the target button",
+            "target": self._target,
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> StepResult:
+        reward = 1.0 if int(action) == self._target - 1 else 0.0
+        self._t += 1
+        done = self._t >= self.episode_length
+        return self._obs(), reward, done, False, {"game_over": done}
+
+
 class FastAtariEnv(gymnasium.Env):
     """Atari-shaped frames at memory-copy speed, for throughput tests.
 
@@ -169,6 +218,7 @@ DIAGNOSTIC_IDS = {
     "gazelle/Instruction-v0": InstructionEnv,
     "gazelle/FastAtari-v0": FastAtariEnv,
     "gazelle/Catch-v0": CatchEnv,
+    "gazelle/DictObs-v0": DictObsEnv,
 }
 
 

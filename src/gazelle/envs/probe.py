@@ -25,9 +25,11 @@ class EnvProbe:
         levels: the single specs it names (`expand_levels`), in order, repeats kept.
         obs_spec: the observations and actions every level shares.
         action_repeats: agent-step repeats (as asked, or the first level's default).
-        kind: the first level's: atari, minigrid, dmlab or gym.
+        kind: the first level's: atari, minigrid, vizdoom, dmlab or gym.
         protocol: the first level's Atari protocol (None unless Atari).
         atari_frames: the Atari preprocessing `obs_spec` was made with (None unless Atari).
+        full_action_space: whether the levels were made with their family's full action
+            set (asked for, or chosen because their own action sets differ).
     """
 
     levels: list[str]
@@ -36,6 +38,7 @@ class EnvProbe:
     kind: str
     protocol: AtariProtocol | None = None
     atari_frames: str | None = None
+    full_action_space: bool = False
 
     @property
     def env_defaults(self) -> dict[str, Any]:
@@ -49,13 +52,18 @@ class EnvProbe:
         }
 
 
+#: Kinds with a full action set that every level can be made with (`full_action_space`).
+FULL_ACTION_KINDS = ("atari", "vizdoom")
+
+
 class LevelsDiffer(ValueError):
     """Two levels of one spec differ in their observations or actions (one agent serves
-    them all, so its input and policy head must fit every one)."""
+    them all, so its input and policy head must fit every one; actions differ when their
+    counts or, where the env names them, their meanings do)."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, what: str = "observations") -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.what = kind, what
 
 
 def probe(
@@ -64,12 +72,14 @@ def probe(
     check: Callable[[list[str]], None] | None = None,
     **make_kwargs: Any,
 ) -> EnvProbe:
-    """The facts of env spec `spec` (one level, a comma-separated list, `dmlab30`).
+    """The facts of env spec `spec` (one level, a comma-separated list, `dmlab30`, `doom6`).
 
     `make_kwargs` are `make`'s (the run's env settings); an Atari spec's envs are made with
     preprocessing `atari_frames` unless they name a `preset`. `check(levels)` runs once the
     levels are known and the first is resolved, before any env is made (which can take a
-    while: a DMLab level loads for seconds).
+    while: a DMLab level loads for seconds). With `full_action_space` unset (None), levels
+    of an Atari or ViZDoom spec whose action sets differ are made with the full set
+    (`FULL_ACTION_KINDS`); False keeps each level's own set (they must then agree).
 
     Raises:
         LevelsDiffer: two levels differ in observations or actions.
@@ -83,29 +93,59 @@ def probe(
     if first.kind == "atari":
         protocol = registry.protocol_of(first, levels[0])
         make_kwargs = {"preset": atari_frames, **make_kwargs}
-    found = _level_spec(first, levels[0], make_kwargs)
-    # why: DMLab levels share one observation config by construction (and load slowly).
-    for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
-        other = _level_spec(registry.resolve(level), level, make_kwargs)
-        if other != found:
-            raise LevelsDiffer(
-                f"levels with the same observations and actions; {levels[0]} has "
-                f"{_describe(found)}, {level} has {_describe(other)}",
-                first.kind,
-            )
+    full = make_kwargs.pop("full_action_space", None)
+    try:
+        found = _same_levels(first, levels, {**make_kwargs, "full_action_space": bool(full)})
+    except LevelsDiffer as err:
+        if full is not None or first.kind not in FULL_ACTION_KINDS or err.what != "actions":
+            raise
+        full = True
+        found = _same_levels(first, levels, {**make_kwargs, "full_action_space": True})
     repeats = make_kwargs.get("num_action_repeats") or registry.repeats_for_kind(first.kind)
     frames = make_kwargs["preset"] if first.kind == "atari" else None
-    return EnvProbe(levels, found, repeats, first.kind, protocol, frames)
+    return EnvProbe(levels, found, repeats, first.kind, protocol, frames, bool(full))
 
 
-def _level_spec(target: Resolved, level: str, make_kwargs: dict[str, Any]) -> ObsSpec:
+def _same_levels(first: Resolved, levels: list[str], make_kwargs: dict[str, Any]) -> ObsSpec:
+    """The obs spec every distinct level shares (LevelsDiffer otherwise)."""
+    if not make_kwargs["full_action_space"]:
+        make_kwargs = {k: v for k, v in make_kwargs.items() if k != "full_action_space"}
+    found, actions = _level_spec(first, levels[0], make_kwargs)
+    # why: DMLab levels share one observation config by construction (and load slowly).
+    for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
+        other, other_actions = _level_spec(registry.resolve(level), level, make_kwargs)
+        if other.fields != found.fields:
+            raise LevelsDiffer(
+                f"levels with the same observations; {levels[0]} has {_describe(found)}, "
+                f"{level} has {_describe(other)}",
+                first.kind,
+                "observations",
+            )
+        if other.num_actions != found.num_actions or actions != other_actions:
+            raise LevelsDiffer(
+                f"levels with the same actions; {levels[0]} has {_actions(found, actions)}, "
+                f"{level} has {_actions(other, other_actions)}",
+                first.kind,
+                "actions",
+            )
+    return found
+
+
+def _level_spec(
+    target: Resolved, level: str, make_kwargs: dict[str, Any]
+) -> tuple[ObsSpec, tuple[str, ...] | None]:
+    """A level's obs spec and its actions' names (None where the env does not name them)."""
     env = registry.make_resolved(target, level, seed=0, **make_kwargs)
     try:
-        return registry.obs_spec(env)
+        names = getattr(env.unwrapped, "action_meanings", None)
+        return registry.obs_spec(env), None if names is None else tuple(names)
     finally:
         env.close()
 
 
+def _actions(spec: ObsSpec, names: tuple[str, ...] | None) -> str:
+    return f"{spec.num_actions} actions" + (f" ({', '.join(names)})" if names else "")
+
+
 def _describe(spec: ObsSpec) -> str:
-    text = f"frames {spec.frame_shape} {spec.frame_dtype} and {spec.num_actions} actions"
-    return text + (" with instructions" if spec.has_instruction else "")
+    return f"observations {spec.describe()}"

@@ -7,11 +7,14 @@ A spec is one of:
   DeepMind preprocessing (`gazelle.envs.atari`);
 - a MiniGrid/BabyAI id (`BabyAI-GoToRedBall-v0`): instruction + symbolic frame
   (`gazelle.envs.babyai`);
+- a ViZDoom id (`VizdoomBasic-v1`; needs `vizdoom`, extra `.[doom]`): screen + game
+  variables (`gazelle.envs.vizdoom`);
 - any other Gymnasium id (`CartPole-v1`, `gazelle/Memory-v0`), including third-party ones
   as `module:EnvId` (the module is imported first, as Gymnasium does) or `module/EnvId`.
 
-`dmlab30` and comma-separated lists name several levels: `expand_levels` turns them into
-single specs.
+`dmlab30`, `doom6` and comma-separated lists name several levels: `expand_levels` turns
+them into single specs. The families (Atari, MiniGrid, ViZDoom) take `preset="raw"`: the
+Gymnasium env as registered, through the generic adapter (`gazelle.envs.adapter`).
 """
 
 from __future__ import annotations
@@ -23,22 +26,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
-import numpy as np
 
-from gazelle.envs import diagnostic
+from gazelle.envs import diagnostic, vizdoom
 from gazelle.envs.adapter import GymAdapter
 from gazelle.envs.dmlab30 import TEST_LEVELS, TRAIN_LEVELS
-from gazelle.types import FRAME, INSTRUCTION, ObsSpec
+from gazelle.envs.spaces import obs_spec_of
+from gazelle.types import ObsSpec
 
 DMLAB_PREFIX = "dmlab:"
 DMLAB30 = "dmlab30"
+DOOM6 = "doom6"
 _ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """What a single spec names: `kind` is atari, minigrid, dmlab or gym; `name` the id,
-    ROM or level."""
+    """What a single spec names: `kind` is atari, minigrid, vizdoom, dmlab or gym; `name`
+    the id, ROM or level."""
 
     kind: str
     name: str
@@ -68,7 +72,7 @@ def resolve(spec: str) -> Resolved:
             cannot be imported.
     """
     spec = spec.strip()
-    if spec == DMLAB30 or "," in spec:
+    if spec in (DMLAB30, DOOM6) or "," in spec:
         raise ValueError(f"{spec!r} names several levels; use expand_levels() first")
     if spec.startswith(DMLAB_PREFIX):
         level = spec[len(DMLAB_PREFIX) :]
@@ -88,8 +92,13 @@ def resolve(spec: str) -> Resolved:
                 env_id = rest
     if env_id not in gymnasium.registry and f"ALE/{env_id}-v5" in gymnasium.registry:
         env_id = f"ALE/{env_id}-v5"
+    vizdoom_id = env_id not in gymnasium.registry and env_id.startswith("Vizdoom")
+    if vizdoom_id and not vizdoom.register_ids():
+        raise ValueError(
+            f"{spec!r} is a ViZDoom id: install ViZDoom first (pip install 'gazelle[doom]')"
+        )
     if env_id not in gymnasium.registry:
-        candidates = [*gymnasium.registry, DMLAB30]
+        candidates = [*gymnasium.registry, DMLAB30, DOOM6]
         close = difflib.get_close_matches(env_id, candidates, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(
@@ -101,6 +110,8 @@ def resolve(spec: str) -> Resolved:
         return Resolved("atari", env_id)
     if isinstance(entry, str) and entry.startswith("minigrid."):
         return Resolved("minigrid", env_id)
+    if entry == vizdoom.ENTRY_POINT:
+        return Resolved("vizdoom", env_id)
     return Resolved("gym", env_id)
 
 
@@ -131,8 +142,10 @@ def make(
         render_mode: passed to the env (`rgb_array` for Atari).
         **kwargs: env-specific settings: Atari `preset` ("deepmind", "universe" or "raw":
             the Gymnasium env as registered) and overrides (`noop_max`, `max_frames`,
-            `frame_size`, ...); DMLab `width`, `height`, `dataset_path`, `level_cache_dir`,
-            ...; otherwise the Gymnasium id's own keyword arguments.
+            `frame_size`, ...); MiniGrid and ViZDoom `preset="raw"` (the generic adapter);
+            ViZDoom `resolution`, `frame_size`, `frame_stack`, `full_action_space`; DMLab
+            `width`, `height`, `dataset_path`, `level_cache_dir`, ...; otherwise the
+            Gymnasium id's own keyword arguments.
     """
     return make_resolved(
         resolve(spec),
@@ -188,7 +201,11 @@ def make_resolved(
             render_mode=render_mode,
             **kwargs,
         )
-    if target.kind == "minigrid":
+    if target.kind == "vizdoom" and kwargs.get("preset") != "raw":
+        return vizdoom.make_doom(
+            target.name, num_action_repeats=repeats, seed=seed, render_mode=render_mode, **kwargs
+        )
+    if target.kind == "minigrid" and kwargs.get("preset") != "raw":
         from gazelle.envs.babyai import make_babyai
 
         return make_babyai(
@@ -196,6 +213,8 @@ def make_resolved(
         )
     kwargs.pop("preset", None)
     kwargs.pop("fire_reset", None)
+    if target.kind != "atari" and kwargs.pop("full_action_space", False):
+        raise ValueError(f"full_action_space applies to Atari and ViZDoom, not {spec!r}")
     if target.kind == "atari":
         # why: the raw ALE env applies its own frameskip; repeat each action only once more.
         repeats = num_action_repeats or 1
@@ -242,21 +261,23 @@ def protocol_of(target: Resolved, spec: str | None = None) -> AtariProtocol:
 
 
 def default_action_repeats(spec: str) -> int:
-    """Agent-step repeats of a spec: 4 for Atari (frame skip) and DMLab, 1 otherwise."""
+    """Agent-step repeats of a spec: 4 for Atari (frame skip), ViZDoom (tics) and DMLab, 1
+    otherwise."""
     spec = spec.strip()
-    if spec == DMLAB30 or spec.startswith(DMLAB_PREFIX):
+    if spec in (DMLAB30, DOOM6) or spec.startswith(DMLAB_PREFIX):
         return 4
     return repeats_for_kind(resolve(spec).kind)
 
 
 def repeats_for_kind(kind: str) -> int:
     """Agent-step repeats of a resolved spec's kind (see `default_action_repeats`)."""
-    return 4 if kind in ("atari", "dmlab") else 1
+    return 4 if kind in ("atari", "dmlab", "vizdoom") else 1
 
 
 def expand_levels(spec: str, test_mode: bool = False) -> list[str]:
     """Split a comma-separated spec into single specs; `dmlab30` becomes the 30 DMLab-30
-    training (or, in test mode, test) levels as `dmlab:<level>` specs."""
+    training (or, in test mode, test) levels as `dmlab:<level>` specs, `doom6` the six
+    ViZDoom scenarios of `gazelle.envs.vizdoom.DOOM6`."""
     levels: list[str] = []
     for part in spec.split(","):
         part = part.strip()
@@ -266,6 +287,8 @@ def expand_levels(spec: str, test_mode: bool = False) -> list[str]:
             levels.extend(
                 DMLAB_PREFIX + name for name in (TEST_LEVELS if test_mode else TRAIN_LEVELS)
             )
+        elif part == DOOM6:
+            levels.extend(vizdoom.DOOM6)
         else:
             levels.append(part)
     if not levels:
@@ -274,17 +297,8 @@ def expand_levels(spec: str, test_mode: bool = False) -> list[str]:
 
 
 def obs_spec(env: gymnasium.Env) -> ObsSpec:
-    """The `ObsSpec` of an env made by `make` (Dict observations, Discrete actions)."""
-    space = env.observation_space
-    if not isinstance(space, gymnasium.spaces.Dict) or FRAME not in space.spaces:
-        raise ValueError(f"expected a Dict observation space with a 'frame', got {space}")
-    if not isinstance(env.action_space, gymnasium.spaces.Discrete):
-        raise ValueError(f"expected a Discrete action space, got {env.action_space}")
-    frame = space.spaces[FRAME]
-    assert frame.shape is not None
-    return ObsSpec(
-        frame_shape=tuple(frame.shape),
-        frame_dtype=np.dtype(frame.dtype),
-        num_actions=int(env.action_space.n),
-        has_instruction=INSTRUCTION in space.spaces,
-    )
+    """The `ObsSpec` of an env made by `make` (a Dict in gazelle's form, Discrete actions:
+    `gazelle.envs.spaces`)."""
+    if not isinstance(env.observation_space, gymnasium.spaces.Dict):
+        raise ValueError(f"expected a Dict observation space, got {env.observation_space}")
+    return obs_spec_of(env.observation_space, env.action_space)

@@ -200,6 +200,20 @@ def compute_human_normalized_score(
     return float(np.mean(list(scores.values())))
 
 
+def mean_level_return(level_returns: Mapping[str, Sequence[float]]) -> float:
+    """Mean over levels of each level's mean return: a multi-task run's one summary score
+    for any levels, reference scores or not (unnormalised: a level with large returns
+    weighs more; where every level is in a table, the human-normalised score is the fair
+    one).
+
+    Raises:
+        ValueError: no level, or a level without returns.
+    """
+    if not level_returns or not all(len(r) for r in level_returns.values()):
+        raise ValueError("mean_level_return: every level needs at least one return")
+    return float(np.mean([np.mean(r) for r in level_returns.values()]))
+
+
 def atari_aggregate(
     level_returns: Mapping[str, Sequence[float]],
     per_level_cap: float | None = None,

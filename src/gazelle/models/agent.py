@@ -1,11 +1,14 @@
-"""The agent: torso + (instruction encoder) + core + policy and baseline heads.
+"""The agent: one encoder per observation field + core + policy and baseline heads.
 
 One object serves the actors (`step`/`act`, one observation per env, `[B, ...]`) and the
 learner (`unroll`, `[T, B, ...]`), with the same weights and the same outputs for the same
-inputs. As in the IMPALA seed, the core input is the concatenation of the torso features,
-the last reward clipped to [-1, 1], the one-hot last action and (for instruction tasks) the
-instruction encoding; with `last_action_reward=False` (the A3C starter agent's LSTM) the
-features and the instruction encoding alone.
+inputs. As in the IMPALA seed, the core input is the concatenation of the torso features of
+`frame`, the last reward clipped to [-1, 1], the one-hot last action and then the encoding
+of every other field in the obs spec's order (the instruction's for instruction tasks);
+with `last_action_reward=False` (the A3C starter agent's LSTM) the encodings alone.
+Each field's encoder follows its kind (`gazelle.models.encoders`): the encoder of `frame` is
+`torso`, that of `instruction` is `instruction`, any other key's is `encoders[key]`, so an
+agent of the `frame` + `instruction` contract has exactly the modules it always had.
 
 Precision: the torso follows any active autocast (bf16 on the learner); the instruction
 LSTM, the core and the heads always run in float32, so logits, baselines and the state are
@@ -14,15 +17,16 @@ float32.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gazelle.models.core import LSTMCore
+from gazelle.models.encoders import make_encoder, upscale, upscale_factor
 from gazelle.models.init import seed_init, universe_init
-from gazelle.models.instruction import InstructionEncoder
-from gazelle.models.torsos import make_torso
-from gazelle.types import FRAME, INSTRUCTION, AgentOutput, AgentState, ObsSpec
+from gazelle.types import FRAME, IMAGE, INSTRUCTION, TEXT, AgentOutput, AgentState, ObsSpec
 
 Obs = dict[str, torch.Tensor]
 
@@ -35,7 +39,9 @@ class Agent(nn.Module):
 
     Args:
         obs_spec: observations and actions of the env (`gazelle.envs.obs_spec`).
-        torso: one of `gazelle.models.TORSOS` (deep, shallow, nature, universe, mlp).
+        torso: one of `gazelle.models.TORSOS` (deep, shallow, nature, universe, mlp), a
+            registered torso or a `module:attr` path: the encoder of `frame` and of every
+            image field.
         use_lstm: an LSTM core of `core_size`; if False the heads read the core input
             directly (feed-forward; the state is `()`).
         core_size: LSTM units.
@@ -46,8 +52,9 @@ class Agent(nn.Module):
             instruction) alone, as the A3C starter agent's LSTM.
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
-        obs: `frame` uint8 `[B, C, H, W]` (or float32 `[B, D]`) and, for instruction tasks,
-            `instruction` int64 ids `[B, L]` (`gazelle.models.tokenize`).
+        obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
+            float32 `[B, D]`, text int64 ids `[B, L]` (`gazelle.models.tokenize`), discrete
+            int64 `[B, K]`; keys not in the spec are ignored.
         last_action: int64 `[B]`, the action that led to this observation.
         reward: float32 `[B]`, the raw reward that came with it (clipped inside).
         done: bool `[B]`, this observation starts an episode: the state is reset before it.
@@ -69,10 +76,31 @@ class Agent(nn.Module):
         self.obs_spec = obs_spec
         self.num_actions = obs_spec.num_actions
         self.last_action_reward = last_action_reward
-        self.torso = make_torso(torso, tuple(obs_spec.frame_shape))
-        self.instruction = InstructionEncoder() if obs_spec.has_instruction else None
-        core_input = self.torso.output_size + (1 + self.num_actions if last_action_reward else 0)
-        core_input += self.instruction.output_size if self.instruction is not None else 0
+        names = obs_spec.names
+        self.torso = (
+            make_encoder(obs_spec.field(FRAME), torso, obs_spec) if FRAME in names else None
+        )
+        self.instruction = (
+            make_encoder(obs_spec.field(INSTRUCTION), torso, obs_spec)
+            if INSTRUCTION in names
+            else None
+        )
+        self.encoders = nn.ModuleDict(
+            {
+                f.name: make_encoder(f, torso, obs_spec)
+                for f in obs_spec.fields
+                if f.name not in (FRAME, INSTRUCTION)
+            }
+        )
+        #: Fields after the reward and the action in the core input, in the spec's order.
+        self._others = tuple(name for name in names if name != FRAME)
+        #: Whole factors by which small images are scaled up before their torso.
+        self._upscale = {
+            f.name: upscale_factor(torso, f.shape) for f in obs_spec.fields if f.kind == IMAGE
+        }
+        sizes: list[Any] = [self._encoder(name).output_size for name in names]
+        core_input = sum(int(size) for size in sizes)
+        core_input += 1 + self.num_actions if last_action_reward else 0
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
         self.policy = nn.Linear(head_input, self.num_actions)
@@ -163,19 +191,33 @@ class Agent(nn.Module):
         """Same as `unroll`."""
         return self.unroll(obs, last_action, reward, done, state)
 
+    def _encoder(self, name: str) -> nn.Module:
+        """The encoder of field `name`."""
+        if name == FRAME:
+            assert self.torso is not None
+            return self.torso
+        if name == INSTRUCTION:
+            assert self.instruction is not None
+            return self.instruction
+        return self.encoders[name]
+
     def _check(self, obs: Obs, done: torch.Tensor, time_major: bool) -> None:
         """Raises ValueError if the inputs do not fit the obs spec."""
         lead = 2 if time_major else 1
-        frame = obs[FRAME]
-        expected = tuple(self.obs_spec.frame_shape)
-        if done.dim() != lead or tuple(frame.shape[lead:]) != expected:
-            dims = "[T, B, ...]" if time_major else "[B, ...]"
-            raise ValueError(
-                f"expected {dims} inputs with frames of shape {expected}; got frame "
-                f"{tuple(frame.shape)} and done {tuple(done.shape)}"
-            )
-        if self.instruction is not None and INSTRUCTION not in obs:
-            raise ValueError("the obs spec has an instruction but obs has no 'instruction'")
+        dims = "[T, B, ...]" if time_major else "[B, ...]"
+        for field in self.obs_spec.fields:
+            if field.name not in obs:
+                raise ValueError(f"the obs spec has a field {field.name!r} that obs lacks")
+            value = obs[field.name]
+            # why: text may come with fewer token ids than stored (padding is never read).
+            shape = tuple(value.shape[lead:])
+            fits = len(shape) == 1 if field.kind == TEXT else shape == field.shape
+            if done.dim() != lead or not fits:
+                what = "frames" if field.name == FRAME else field.name
+                raise ValueError(
+                    f"expected {dims} inputs with {what} of shape {field.shape}; got "
+                    f"{field.name} {tuple(value.shape)} and done {tuple(done.shape)}"
+                )
 
     def _forward(
         self,
@@ -188,14 +230,12 @@ class Agent(nn.Module):
     ) -> tuple[AgentOutput, AgentState]:
         """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
         num_steps, batch_size = done.shape
-        features = self.torso(obs[FRAME].flatten(0, 1)).float()  # [T*B, F]
-        parts = [features]
+        parts = [] if self.torso is None else [self._encode(FRAME, obs)]  # [T*B, F]
         if self.last_action_reward:
             clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
             one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
             parts += [clipped_reward, one_hot_action]
-        if self.instruction is not None:
-            parts.append(self.instruction(obs[INSTRUCTION].flatten(0, 1)))
+        parts += [self._encode(name, obs) for name in self._others]
         core_input = torch.cat(parts, dim=-1)  # [T*B, I]
 
         if self.core is not None:
@@ -216,6 +256,14 @@ class Agent(nn.Module):
         outputs = AgentOutput(action, policy_logits, baseline)
         shaped = AgentOutput(*(t.view(num_steps, batch_size, *t.shape[1:]) for t in outputs))
         return shaped, state
+
+    def _encode(self, name: str, obs: Obs) -> torch.Tensor:
+        """Field `name` of `[T, B, ...]` obs -> float features `[T*B, F]`."""
+        value = obs[name].flatten(0, 1)
+        factor = self._upscale.get(name, 1)
+        if factor > 1:
+            value = upscale(value, factor)
+        return self._encoder(name)(value).float()
 
 
 def build_agent(

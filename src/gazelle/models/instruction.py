@@ -17,10 +17,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from gazelle.types import TEXT_TOKENS
+
 #: Number of hash buckets for words; ids are `1..NUM_BUCKETS`, 0 is padding.
 NUM_BUCKETS = 1000
-#: Default number of token ids per instruction (longer instructions are cut).
-MAX_TOKENS = 32
+#: Default number of token ids per instruction (longer instructions are cut): what a text
+#: field of an unroll holds.
+MAX_TOKENS = TEXT_TOKENS
 PADDING_ID = 0
 
 

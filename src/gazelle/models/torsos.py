@@ -93,6 +93,9 @@ class Torso(nn.Module):
 
     #: Whether the torso takes image frames `[C, H, W]` (else vectors `[D]`).
     is_image: ClassVar[bool] = True
+    #: The smallest height and width it takes; a smaller image is scaled up by a whole
+    #: factor first (`gazelle.models.encoders.upscale_factor`).
+    min_side: ClassVar[int] = 1
     #: Whether frames are converted to `channels_last` before the convolutions, when
     #: acting (autograd off) and when learning (autograd on); see the module doc.
     channels_last_act: bool = False
@@ -171,6 +174,7 @@ class ShallowTorso(Torso):
     """The IMPALA paper's shallow network: uint8 `[N, C, H, W]` -> `[N, 256]`."""
 
     channels_last_learn = True
+    min_side = 20  # why: 8x8 stride 4, then 4x4 stride 2, leave 1 pixel of 20
 
     def __init__(self, frame_shape: tuple[int, ...]):
         super().__init__(frame_shape)
@@ -191,6 +195,7 @@ class NatureTorso(Torso):
     """The DQN (Nature 2015) network: uint8 `[N, C, H, W]` -> `[N, 512]`."""
 
     channels_last_learn = True
+    min_side = 36  # why: 8x8 s4, 4x4 s2, 3x3 s1 leave 1 pixel of 36
 
     def __init__(self, frame_shape: tuple[int, ...]):
         super().__init__(frame_shape)

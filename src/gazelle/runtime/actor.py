@@ -5,9 +5,9 @@ persist across unrolls: step 0 of each unroll repeats the last step of the previ
 The actor knows nothing of transport: it writes through an `UnrollWriter` and acts through a
 `Policy` (`gazelle.runtime.policy`: its own agent copy, or the central inference server),
 both handed to it by a backend. Telemetry does not travel with the data: once per unroll it
-reports one "unroll" event (the episodes that ended, with their level, return and length;
-seconds per step in each stage; how often each action was taken) through `report`, so a
-dropped or stale unroll loses no statistic.
+reports one "unroll" event (the episodes that ended, with their level, return, length and
+the env's statistics of each; seconds per step in each stage; how often each action was
+taken) through `report`, so a dropped or stale unroll loses no statistic.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from gazelle.models import Agent, build_agent
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.runtime.interfaces import UnrollWriter
 from gazelle.runtime.policy import Policy
-from gazelle.types import INSTRUCTION, ObsSpec
+from gazelle.types import TEXT, ObsSpec
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,6 @@ class ActorSpec:
     use_lstm: bool
     seed: int
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    instruction_tokens: int = MAX_TOKENS
     slot_timeout_s: float = 600.0
     response_timeout_s: float = 120.0
     #: Batch size B when the actor acts in lockstep with the learner (one actor, local
@@ -71,21 +69,24 @@ def make_env_batch(spec: ActorSpec) -> Any:
 
 
 class ObsEncoder:
-    """Batched env obs (numpy, instruction text) -> agent obs tensors (token ids)."""
+    """Batched env obs -> the agent's obs tensors, for the fields of `spec` only (a key the
+    spec withholds is dropped): arrays copied into tensors of the field's dtype, text
+    hashed into token ids `[N, TEXT_TOKENS]` (`gazelle.models.tokenize`)."""
 
-    def __init__(self, instruction_tokens: int, use_instruction: bool = True) -> None:
+    def __init__(self, spec: ObsSpec) -> None:
         from gazelle.models import tokenize
 
-        self.use_instruction = use_instruction
+        self.arrays = [(f.name, f.dtype) for f in spec.fields if f.kind != TEXT]
+        self.texts = {f.name: f.shape[0] for f in spec.fields if f.kind == TEXT}
         self._tokens = functools.lru_cache(maxsize=4096)(
-            lambda text: torch.from_numpy(tokenize([text], max_tokens=instruction_tokens)[0])
+            lambda text, n: torch.from_numpy(tokenize([text], max_tokens=n)[0])
         )
 
     def __call__(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
         # why: copy, since env batches hand out read-only views of their own memory.
-        out = {"frame": torch.tensor(np.asarray(obs["frame"]))}
-        if self.use_instruction and INSTRUCTION in obs:
-            out[INSTRUCTION] = torch.stack([self._tokens(text) for text in obs[INSTRUCTION]])
+        out = {name: torch.tensor(np.asarray(obs[name], dtype)) for name, dtype in self.arrays}
+        for name, tokens in self.texts.items():
+            out[name] = torch.stack([self._tokens(text, tokens) for text in obs[name]])
         return out
 
 
@@ -112,7 +113,7 @@ class Actor:
         self.spec, self.buffers, self.policy, self.report = spec, buffers, policy, report
         self.beat = beat
         self.envs = make_env_batch(spec)
-        self.encode = ObsEncoder(spec.instruction_tokens, spec.obs_spec.has_instruction)
+        self.encode = ObsEncoder(spec.obs_spec)
         self.timing: tuple[float, ...] = (0.0, 0.0, 0.0)
         #: Steps of the last unroll (after its index 0): T, or fewer with end_at_episode_end.
         self.steps = 0
@@ -143,10 +144,11 @@ class Actor:
             return values
         finals = [step.final_obs[j] for j in cut]
         obs: dict[str, Any] = {
-            k: np.stack([f[k] for f in finals]) for k in finals[0] if k != INSTRUCTION
+            k: [f[k] for f in finals]
+            if k in self.encode.texts
+            else np.stack([f[k] for f in finals])
+            for k in finals[0]
         }
-        if INSTRUCTION in finals[0]:
-            obs[INSTRUCTION] = [f[INSTRUCTION] for f in finals]
         index = torch.tensor(cut)
         # why: the policy's state is the one after the step that led to the final obs.
         values[index] = self.policy.values(
@@ -165,7 +167,7 @@ class Actor:
         clock = time.perf_counter
         inference_s = env_s = 0.0
         start = clock()
-        episodes: list[tuple[float, int]] = []
+        episodes: list[tuple[float, int, dict[str, float]]] = []
         actions = torch.zeros(spec.obs_spec.num_actions, dtype=torch.int64)
         self.policy.begin_unroll()
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
@@ -191,7 +193,8 @@ class Actor:
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
             actions += torch.bincount(out.action, minlength=len(actions))
             for j in np.flatnonzero(np.asarray(step.game_over, dtype=bool)):
-                episodes.append((float(step.episode_return[j]), int(step.episode_length[j])))
+                stats = step.episode_stats.get(int(j), {})
+                episodes.append((float(step.episode_return[j]), int(step.episode_length[j]), stats))
             self.last = {
                 "reward": reward,
                 "terminated": torch.from_numpy(np.asarray(step.terminated, dtype=bool)),

@@ -1,7 +1,8 @@
 """What each part of a run costs on one core: env steps, the actors' inference, the learner.
 
-Each rate is items per CPU-second of this process on one torch thread, so the rates of parts
-measured one after another add up to the machine's limit. Two users: the layout rule, which
+Each rate is items per CPU-second of this process on one torch thread (and of its child
+processes: a ViZDoom env runs its engine in one), so the rates of parts measured one after
+another add up to the machine's limit. Two users: the layout rule, which
 gives the actors their share of the cores from these costs at start-up
 (`gazelle.algorithms.layout`), and `gazelle bench`, which compares a real run with the
 limit they set (`gazelle.bench.parts`).
@@ -13,6 +14,7 @@ limit they set (`gazelle.bench.parts`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,13 +23,39 @@ import numpy as np
 import torch
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds used so far by the live child processes of this one (Linux `/proc`; 0
+    elsewhere): ViZDoom's engine runs in a child of the process that steps the env."""
+    if not os.path.isdir("/proc"):
+        return 0.0
+    me, ticks, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # why: the command name (2nd field) may hold spaces; fields after it split.
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == me:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its live children (see `children_cpu_seconds`)."""
+    return time.process_time() + children_cpu_seconds()
+
+
 def per_core_rate(fn: Callable[[], int], seconds: float) -> float:
-    """Items per CPU-second of this process (one thread), calling fn until `seconds` pass."""
+    """Items per CPU-second of this process and its children (one thread), calling fn until
+    `seconds` pass."""
     fn()  # warm up (allocations, lazy init)
-    items, cpu0, wall0 = 0, time.process_time(), time.perf_counter()
+    items, cpu0, wall0 = 0, cpu_seconds(), time.perf_counter()
     while time.perf_counter() - wall0 < seconds:
         items += fn()
-    return items / max(time.process_time() - cpu0, 1e-9)
+    return items / max(cpu_seconds() - cpu0, 1e-9)
 
 
 def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
@@ -54,14 +82,9 @@ def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
 
 def fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """Random observations of `spec` (an `ObsSpec`) with leading dims `shape`."""
-    frame_shape = (*shape, *spec.frame_shape)
-    if spec.is_image:
-        obs = {"frame": torch.randint(0, 255, frame_shape, dtype=torch.uint8)}
-    else:
-        obs = {"frame": torch.randn(frame_shape)}
-    if spec.has_instruction:
-        obs["instruction"] = torch.randint(1, 1000, (*shape, 8))
-    return obs
+    from gazelle.models.encoders import random_obs
+
+    return random_obs(spec, shape)
 
 
 def inference_rate(run: Any, batch: int, seconds: float) -> float:

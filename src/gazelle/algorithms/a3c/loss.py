@@ -17,7 +17,6 @@ import torch
 
 from gazelle.losses import actor_critic
 from gazelle.losses.returns import gae
-from gazelle.types import INSTRUCTION
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,8 @@ def a3c_loss(
     `[E]`), used where the rollout did not end its episode; a time-limit cut adds
     `gamma * V(final obs)` (the runner's) to its last reward, as a termination does not.
     """
-    obs = {"frame": batch["frame"]}
-    if INSTRUCTION in batch:
-        obs[INSTRUCTION] = batch[INSTRUCTION]
+    # why: the agent's obs spec names the batch's observation fields (every key it reads).
+    obs = {name: batch[name] for name in agent.obs_spec.names}
     done = batch["terminated"] | batch["truncated"]
     state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
     out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)

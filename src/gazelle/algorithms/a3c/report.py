@@ -75,6 +75,7 @@ def log_progress(
             "charts/env_errors": float(telemetry.env_errors),
             **timings.means(),
             **telemetry.scores(),
+            **telemetry.level_metrics(),
         }
     )
     logger.scalars(scalars, frames)

@@ -23,7 +23,6 @@ import torch
 
 from gazelle.backends.local.layout import STEP_FIELDS
 from gazelle.models import state_size
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.runtime.actor import Actor
 from gazelle.types import ObsSpec
 
@@ -47,12 +46,10 @@ class QueueWriter:
 
     def _fresh(self) -> Rollout:
         n, spec = self.num_envs, self.spec
-        frame = torch.uint8 if spec.frame_dtype.kind == "u" else torch.float32
         out = {name: torch.zeros(self.steps, n, dtype=dtype) for name, dtype in STEP_FIELDS.items()}
-        out["frame"] = torch.zeros(self.steps, n, *spec.frame_shape, dtype=frame)
+        for field in spec.fields:
+            out[field.name] = torch.zeros(self.steps, n, *field.shape, dtype=field.torch_dtype())
         out["policy_logits"] = torch.zeros(self.steps, n, spec.num_actions)
-        if spec.has_instruction:
-            out["instruction"] = torch.zeros(self.steps, n, MAX_TOKENS, dtype=torch.int64)
         if self.state_size:
             out["state_h"] = torch.zeros(n, self.state_size)
             out["state_c"] = torch.zeros(n, self.state_size)

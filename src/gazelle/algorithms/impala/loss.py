@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from gazelle.losses import actor_critic, vtrace
-from gazelle.types import INSTRUCTION
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,8 @@ class LearnerView:
 
 def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:
     """Unroll the learner's agent over a `[T+1, B]` batch; pair the fields (`impala_loss`)."""
-    obs = {"frame": batch["frame"]}
-    if INSTRUCTION in batch:
-        obs[INSTRUCTION] = batch[INSTRUCTION]
+    # why: the agent's obs spec names the batch's observation fields (every key it reads).
+    obs = {name: batch[name] for name in agent.obs_spec.names}
     done = batch["terminated"] | batch["truncated"]
     state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
     learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)

@@ -48,6 +48,7 @@ def log_progress(
     scalars = {**{k: float(v) for k, v in state.metrics.items()}, "charts/fps": fps}
     scalars.update(timings.means())
     scalars.update(telemetry.scores())
+    scalars.update(telemetry.level_metrics())
     logger.scalars(scalars, state.frames)
     counts = telemetry.take_action_counts()
     if counts is not None:

@@ -26,14 +26,12 @@ import time
 import traceback
 from typing import Any
 
-import numpy as np
 import torch
 
 from gazelle.backends.local.params import ParamStore
 from gazelle.models import Agent
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.runtime.interfaces import PolicyStopped
-from gazelle.types import INSTRUCTION, ObsSpec
+from gazelle.types import ObsSpec
 
 #: Seconds the server waits for a first request before re-checking the stop event.
 POLL_S = 0.1
@@ -42,11 +40,12 @@ POLL_S = 0.1
 class InferenceChannels:
     """One request and one response slot per actor in shared memory, plus the signals.
 
-    Request fields (per actor, `[N, E, ...]`): `frame`, `instruction` (if any), `last_action`
-    int64, `reward` float32, `done` bool, `state_h`/`state_c` float32 `[N, E, H]` (LSTM
-    only); `count[N]` rows in use. Response fields: `action` int64 `[N, E]`,
-    `policy_logits` float32 `[N, E, A]`, `baseline` float32 `[N, E]`, `state_h`/`state_c`,
-    `version[N]` (the weights' version that produced the response).
+    Request fields (per actor, `[N, E, ...]`): one per observation field of the `ObsSpec`
+    (`frame`, `instruction`, ...), `last_action` int64, `reward` float32, `done` bool,
+    `state_h`/`state_c` float32 `[N, E, H]` (LSTM only); `count[N]` rows in use. Response
+    fields: `action` int64 `[N, E]`, `policy_logits` float32 `[N, E, A]`, `baseline`
+    float32 `[N, E]`, `state_h`/`state_c`, `version[N]` (the weights' version that produced
+    the response).
 
     Create in the main process and pass to actor processes (torch shares the storage).
     """
@@ -58,19 +57,18 @@ class InferenceChannels:
         envs_per_actor: int,
         state_size: int,
         ctx: Any,
-        instruction_tokens: int = MAX_TOKENS,
     ) -> None:
         n, e = num_actors, envs_per_actor
         self.num_actors, self.envs_per_actor = n, e
-        frame_dtype = torch.uint8 if obs_spec.frame_dtype == np.uint8 else torch.float32
+        self.obs_names = obs_spec.names
         request = {
-            "frame": torch.zeros((n, e, *obs_spec.frame_shape), dtype=frame_dtype),
-            "last_action": torch.zeros(n, e, dtype=torch.int64),
-            "reward": torch.zeros(n, e),
-            "done": torch.zeros(n, e, dtype=torch.bool),
+            f.name: torch.zeros((n, e, *f.shape), dtype=f.torch_dtype()) for f in obs_spec.fields
         }
-        if obs_spec.has_instruction:
-            request[INSTRUCTION] = torch.zeros(n, e, instruction_tokens, dtype=torch.int64)
+        request.update(
+            last_action=torch.zeros(n, e, dtype=torch.int64),
+            reward=torch.zeros(n, e),
+            done=torch.zeros(n, e, dtype=torch.bool),
+        )
         response = {
             "action": torch.zeros(n, e, dtype=torch.int64),
             "policy_logits": torch.zeros(n, e, obs_spec.num_actions),
@@ -267,7 +265,7 @@ class InferenceServer:
         }
         # why: new weights only between batches, so one batch is one policy version.
         self.params_version = self.params.pull(self.agent, self.params_version)
-        obs = {k: inputs[k] for k in ("frame", INSTRUCTION) if k in inputs}
+        obs = {k: inputs[k] for k in channels.obs_names}
         state = (inputs["state_h"], inputs["state_c"]) if channels.has_state else ()
         out, new_state = self.agent.step(
             obs, inputs["last_action"], inputs["reward"], inputs["done"], state

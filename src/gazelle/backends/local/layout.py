@@ -1,13 +1,12 @@
-"""The layout of an unroll slot: its fields, their shapes and dtypes, time-major."""
+"""The layout of an unroll slot: its fields, their shapes and dtypes, time-major. Every
+observation field of the `ObsSpec` is a field of the slot, under its own key."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from gazelle.models.instruction import MAX_TOKENS
 from gazelle.types import ObsSpec
 
 #: Per-unroll fields of a gathered batch (`[B, ...]`, no time axis).
@@ -42,19 +41,17 @@ class SlotLayout:
     unroll_length: int
     obs_spec: ObsSpec
     state_size: int  # LSTM hidden size; 0 for a feed-forward agent
-    instruction_tokens: int = MAX_TOKENS
 
     def field_shapes(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """name -> (shape of one slot, dtype): `[T+1, ...]` per step field, `[H]` for state."""
+        """name -> (shape of one slot, dtype): `[T+1, ...]` per step field (each observation
+        field `[T+1, *field.shape]`), `[H]` for state."""
         steps = self.unroll_length + 1
         spec = self.obs_spec
-        frame_dtype = torch.uint8 if spec.frame_dtype == np.uint8 else torch.float32
         shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]
         shapes = {name: ((steps,), dtype) for name, dtype in STEP_FIELDS.items()}
-        shapes["frame"] = ((steps, *spec.frame_shape), frame_dtype)
+        for field in spec.fields:
+            shapes[field.name] = ((steps, *field.shape), field.torch_dtype())
         shapes["policy_logits"] = ((steps, spec.num_actions), torch.float32)
-        if spec.has_instruction:
-            shapes["instruction"] = ((steps, self.instruction_tokens), torch.int64)
         if self.state_size:
             shapes["state_h"] = ((self.state_size,), torch.float32)
             shapes["state_c"] = ((self.state_size,), torch.float32)

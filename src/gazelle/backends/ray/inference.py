@@ -24,7 +24,6 @@ from gazelle.backends.local.params import load_flat
 from gazelle.models import Agent
 from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import PolicyStopped
-from gazelle.types import INSTRUCTION
 
 
 class _Request:
@@ -34,6 +33,10 @@ class _Request:
         self.outputs: dict[str, np.ndarray] = {}
         self.version = -1
         self.error: str | None = None
+
+
+#: The request's fields that are not observation fields.
+_STEP_INPUTS = frozenset({"last_action", "reward", "done", "state_h", "state_c"})
 
 
 class ServerFailed(RuntimeError):
@@ -141,7 +144,8 @@ class InferenceHost:
             name: torch.from_numpy(np.concatenate([r.inputs[name] for r in batch])).to(self.device)
             for name in names
         }
-        obs = {k: inputs[k] for k in ("frame", INSTRUCTION) if k in inputs}
+        # why: a request holds the observation's fields and these inputs of the agent's step.
+        obs = {k: v for k, v in inputs.items() if k not in _STEP_INPUTS}
         state = (inputs["state_h"], inputs["state_c"]) if "state_h" in inputs else ()
         out, new_state = self.agent.step(
             obs, inputs["last_action"], inputs["reward"], inputs["done"], state
