@@ -167,6 +167,20 @@ def test_seeds_of_one_config_are_drawn_as_mean_and_min_max_band(
     assert np.allclose(other_line.get_ydata(), [r["episode_return"] for r in rows_of(other)])
 
 
+def test_a_field_an_older_config_lacks_counts_as_unset(tmp_path: Path, clock: FakeClock) -> None:
+    """Seeds logged by an older gazelle (no `init` field) and a newer one (`init` unset,
+    null) are one config; the env is named from the `env.id` field gazelle writes now."""
+    seeds = [write_run(tmp_path / f"seed{s}", clock, seed=s) for s in (1, 2)]
+    for path, extra in ((seeds[0], {"init": None}), (seeds[1], {})):
+        config = json.loads((path / "config.json").read_text())
+        config["env"] = {"id": "Acrobot-v1"}
+        config["model"].update(extra)
+        (path / "config.json").write_text(json.dumps(config))
+    other = write_run(tmp_path / "other", clock, learning_rate=0.001)
+    fig = plot([*seeds, other], tmp_path / "old.png")
+    assert legend_texts(fig)[0].startswith("Acrobot-v1 ") and "(2 seeds)" in legend_texts(fig)[0]
+
+
 def test_aggregate_interpolates_seeds_on_their_common_span() -> None:
     a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 10.0, 20.0]))
     b = (np.array([5.0, 15.0, 30.0]), np.array([2.0, 2.0, 2.0]))

@@ -91,8 +91,8 @@ IMPALA_PRESETS["gazelle"]["atari"].update(
 #: (hundreds of 11-20 step episodes) and climbed back, over and over, whatever the learning
 #: rate (0.004, 0.002, 0.001), entropy cost (0.01) or optimiser (Adam, clipped or not);
 #: without it, 3 seeds rose with 2-6% such episodes (never more than 5 in a row; dips of
-#: the mean up to 43%) and reached 450 sooner (docs/results.md, "CartPole: the saw and its cause"). A task that needs memory (hidden
-#: state, gazelle/Memory-v0) asks for it: --use-lstm.
+#: the mean up to 43%) and reached 450 sooner (docs/results.md, "CartPole: the saw and its
+#: cause"). A task that needs memory (hidden state, gazelle/Memory-v0) asks: --use-lstm.
 IMPALA_PRESETS["gazelle"]["vector"].update(use_lstm=False)
 #: ViZDoom: Atari's Adam settings with the LSTM (a 3D view needs memory), T=32. Speed
 #: measured on the 2-core machine (160x120 render, 4 tics per action: ~2,400 frames/s

@@ -168,9 +168,9 @@ def _settings(config: dict[str, Any]) -> dict[str, str]:
 
 def _config_name(own: dict[str, str], differing: Sequence[str]) -> str:
     """The env, then ``field=value`` for each setting that tells this config from others."""
-    env = next((json.loads(v) for k, v in own.items() if _short(k) == "env"), "?")
+    env = next((json.loads(v) for k, v in own.items() if _short(k) == "env" or k == "env.id"), "?")
     shown = [f"{_short(k)}={json.loads(own[k]) if k in own else 'unset'}" for k in differing]
-    return " ".join([str(env), *(text for text in shown if not text.startswith("env="))])
+    return " ".join([str(env), *(text for text in shown if not text.startswith(("env=", "id=")))])
 
 
 def group_seeds(runs: Sequence[Run]) -> list[Group]:
@@ -183,13 +183,17 @@ def group_seeds(runs: Sequence[Run]) -> list[Group]:
     """
     members: dict[str, list[Run]] = {}
     settings: dict[str, dict[str, str]] = {}
-    for i, run in enumerate(runs):
-        own = _settings(run.config) if run.config is not None else None
+    owns = [_settings(run.config) if run.config is not None else None for run in runs]
+    every = {k for own in owns if own is not None for k in own}
+    for i, (run, own) in enumerate(zip(runs, owns)):
+        if own is not None:
+            # why: a field that an older gazelle did not write was unset (null) there
+            own = {k: own.get(k, "null") for k in every}
         key = json.dumps(own, sort_keys=True) if own is not None else f"run {i}"
         members.setdefault(key, []).append(run)
         if own is not None:
             settings[key] = own
-    keys = sorted({k for own in settings.values() for k in own})
+    keys = sorted(every)
     differing = [k for k in keys if len({own.get(k) for own in settings.values()}) > 1]
     groups = []
     for key, group in members.items():
