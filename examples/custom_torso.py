@@ -1,5 +1,5 @@
-"""Train IMPALA with a torso (the network before the LSTM core) of your own, through
-gazelle's Python API.
+"""Train IMPALA with a torso (the network before the LSTM core, or before the heads when
+there is none) of your own, through gazelle's Python API.
 
 A torso maps a batch of frames `[N, *frame_shape]` to features `[N, output_size]`; here a
 residual MLP with layer norm for CartPole's 4-vector. `gazelle.register_torso` names it, and
