@@ -178,7 +178,8 @@ def test_a_field_an_older_config_lacks_counts_as_unset(tmp_path: Path, clock: Fa
         (path / "config.json").write_text(json.dumps(config))
     other = write_run(tmp_path / "other", clock, learning_rate=0.001)
     fig = plot([*seeds, other], tmp_path / "old.png")
-    assert legend_texts(fig)[0].startswith("Acrobot-v1 ") and "(2 seeds)" in legend_texts(fig)[0]
+    first = legend_texts(fig)[0]
+    assert first.startswith("Acrobot-v1 ") and first.endswith("(2 seeds)"), legend_texts(fig)
 
 
 def test_aggregate_interpolates_seeds_on_their_common_span() -> None:

@@ -168,7 +168,10 @@ def _settings(config: dict[str, Any]) -> dict[str, str]:
 
 def _config_name(own: dict[str, str], differing: Sequence[str]) -> str:
     """The env, then ``field=value`` for each setting that tells this config from others."""
-    env = next((json.loads(v) for k, v in own.items() if _short(k) == "env" or k == "env.id"), "?")
+    # why: sorted, and unset ones skipped: an older config's env field and a newer one's
+    # (filled in as null) may both be there
+    names = (k for k in sorted(own) if (_short(k) == "env" or k == "env.id") and own[k] != "null")
+    env = next((json.loads(own[k]) for k in names), "?")
     shown = [f"{_short(k)}={json.loads(own[k]) if k in own else 'unset'}" for k in differing]
     return " ".join([str(env), *(text for text in shown if not text.startswith(("env=", "id=")))])
 
