@@ -42,6 +42,14 @@ def _truncated_normal_(tensor: torch.Tensor, std: float) -> None:
     nn.init.trunc_normal_(tensor, mean=0.0, std=std, a=-2.0 * std, b=2.0 * std)
 
 
+def _lstm_bias_(name: str, param: torch.Tensor, hidden: int) -> None:
+    """Both inits' LSTM biases: zero, but 1 for the forget gate (once, in `bias_ih`)."""
+    param.zero_()
+    if name.startswith("bias_ih"):
+        # why: torch orders the gates (input, forget, cell, output).
+        param[hidden : 2 * hidden] = 1.0
+
+
 def seed_init(module: nn.Module) -> nn.Module:
     """Re-initialise every conv, linear and LSTM layer of `module` in place; returns it."""
     with torch.no_grad():
@@ -59,12 +67,8 @@ def seed_init(module: nn.Module) -> nn.Module:
                         _truncated_normal_(param, std)
                     elif name.startswith("weight_hh"):
                         _truncated_normal_(param, 1.0 / math.sqrt(layer.input_size + hidden))
-                    elif name.startswith("bias_ih"):
-                        param.zero_()
-                        # why: torch orders the gates (input, forget, cell, output).
-                        param[hidden : 2 * hidden] = 1.0
-                    elif name.startswith("bias_hh"):
-                        param.zero_()
+                    elif name.startswith("bias_"):
+                        _lstm_bias_(name, param, hidden)
     return module
 
 
@@ -107,10 +111,6 @@ def universe_init(module: nn.Module, policy: nn.Linear, baseline: nn.Linear) -> 
                         # parts, with its fans (input + hidden in, 4 * hidden out).
                         inputs = layer.input_size if name.endswith("_l0") else hidden
                         _glorot_uniform_(param, inputs + hidden, 4 * hidden)
-                    elif name.startswith("bias_ih"):
-                        param.zero_()
-                        # why: torch orders the gates (input, forget, cell, output).
-                        param[hidden : 2 * hidden] = 1.0
-                    elif name.startswith("bias_hh"):
-                        param.zero_()
+                    elif name.startswith("bias_"):
+                        _lstm_bias_(name, param, hidden)
     return module
