@@ -128,3 +128,58 @@ def test_appo_config_resolves_from_its_preset_and_checks_the_minibatches():
         validate(Config.of(algo="appo", env="CartPole-v1", batch_size=8, minibatches=3))
     with pytest.raises(ConfigError, match="not a setting of --algo impala"):
         Config.of(env="CartPole-v1", epochs=2)
+
+
+def test_impala_with_normalised_advantages_scales_the_vtrace_advantages_of_the_batch():
+    """`--normalize-advantages` on IMPALA: the policy term's gradient in the logits is
+    -A_norm * grad log pi, A_norm the V-trace advantages (on-policy, lambda 1: written out
+    step by step) scaled to mean 0, std 1; the baseline and entropy terms are unchanged."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, out = make_batch(agent, seed=3, terminated_at=[(2, 1)])
+    values = out.baseline.detach().numpy()
+    vs = torch.tensor(reference_targets(batch, values, GAMMA), dtype=torch.float32)
+    T = vs.shape[0]
+    discounts = GAMMA * (~(batch["terminated"][1:] | batch["truncated"][1:])).float()
+    next_vs = torch.cat([vs[1:], out.baseline[T].detach().unsqueeze(0)])
+    advantages = batch["reward"][1:] + discounts * next_vs - out.baseline[:T].detach()
+    normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    logits = out.policy_logits[:T].detach().clone().requires_grad_(True)
+    from gazelle.losses.actor_critic import policy_gradient_loss
+
+    pg, _ = policy_gradient_loss(logits, batch["action"][1:], normalised)
+    (want,) = torch.autograd.grad(pg, logits)
+
+    captured = {}
+    real_unroll = agent.unroll
+
+    def unroll(*args, **kwargs):
+        result, state = real_unroll(*args, **kwargs)
+        result.policy_logits.retain_grad()
+        captured["logits"] = result.policy_logits
+        return result, state
+
+    agent.unroll = unroll
+    settings = LossSettings(GAMMA, 0.0, 0.0, "none", 1.0, normalize_advantages=True)
+    loss, _ = impala_loss(agent, batch, settings)
+    loss.backward()
+    torch.testing.assert_close(captured["logits"].grad[:T], want, rtol=1e-4, atol=1e-6)
+    # Without it, the seed's unscaled advantages: 10x the rewards, 10x the gradient.
+    batch["reward"] = batch["reward"] * 10.0
+    seed_way, scaled = (LossSettings(GAMMA, 0.0, 0.0, "none", 1.0, flag) for flag in (0, 1))
+    sizes = []
+    for settings in (seed_way, scaled):
+        agent.zero_grad()
+        loss, _ = impala_loss(agent, batch, settings)
+        loss.backward()
+        sizes.append(float(captured["logits"].grad[:T].abs().sum()))
+    assert sizes[0] > 5 * float(want.abs().sum()) and sizes[1] < 2 * float(want.abs().sum())
+
+
+def test_impala_keeps_the_seeds_advantages_unless_asked():
+    from gazelle.algorithms.common import prepare
+
+    impala, _, _ = prepare(Config.of(env="CartPole-v1", num_actors=1))
+    assert impala.impala.normalize_advantages is False
+    asked, _, _ = prepare(Config.of(env="CartPole-v1", num_actors=1, normalize_advantages=True))
+    assert asked.impala.normalize_advantages is True

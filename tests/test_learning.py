@@ -32,7 +32,7 @@ def test_cartpole_reaches_450_without_collapsing_on_the_way(tmp_path):
     than random play's (~22 steps) stay rare. With the LSTM the vector preset had, 43-49% of
     them were (the policy fell to pushing one way for hundreds of episodes, again and again);
     without it 5% (docs/results.md, "CartPole: the saw and its cause")."""
-    result = run(tmp_path, env="CartPole-v1", total_frames=1_200_000)
+    result = run(tmp_path, env="CartPole-v1", total_frames=1_000_000)  # the preset's budget
     assert result.recent_return is not None and result.recent_return >= 450, result
     later = episode_returns(tmp_path, after_frames=100_000)
     below_random = sum(value < 25 for value in later) / len(later)
@@ -57,15 +57,13 @@ def test_memory_task_is_not_solved_without_the_lstm(tmp_path):
 
 
 def test_instruction_task_is_solved_with_the_encoder(tmp_path):
-    result = run(tmp_path, env="gazelle/Instruction-v0", total_frames=120_000)
+    result = run(tmp_path, env="gazelle/Instruction-v0", total_frames=60_000)
     assert result.recent_return is not None and result.recent_return >= 0.9, result
 
 
 def test_instruction_task_is_not_solved_without_the_encoder(tmp_path):
     # Same frames, instruction withheld: one of 4 items at chance, 0.25.
-    result = run(
-        tmp_path, env="gazelle/Instruction-v0", use_instruction=False, total_frames=120_000
-    )
+    result = run(tmp_path, env="gazelle/Instruction-v0", use_instruction=False, total_frames=60_000)
     assert result.recent_return is not None and result.recent_return <= 0.4, result
 
 
@@ -110,7 +108,7 @@ def test_pixel_catch_is_learned_from_a_small_ball_with_the_atari_defaults(tmp_pa
     paper's (B=32, TF RMSProp at epsilon 0.01, LSTM) it stayed at chance over the same
     frames (docs/results.md)."""
     config = {**atari_defaults(), "envs_per_actor": 16}
-    result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=400_000, **config)
+    result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=300_000, **config)
     assert result.recent_return is not None and result.recent_return >= 0.5, result
 
 
@@ -123,11 +121,12 @@ def run_a3c(tmp_path, **overrides):
 
 
 def test_a3c_cartpole_learns(tmp_path):
-    """Issue 12's threshold, with the vector preset's budget (1.5M frames). Measured:
-    486-495 at 1M and 496-500 at 1.5M (seeds 1, 2); with the seed's clip at 40 (the preset
-    before): 374-399 at 1M, 426-460 at 1.5M (docs/results.md)."""
-    result = run_a3c(tmp_path, env="CartPole-v1")
-    assert result.frames >= 1_500_000, result
+    """Issue 12's threshold at 1M frames (the preset's budget is 1.5M; 1M keeps CI short, and
+    the learning rate decays to 0 over the 1M). Measured with the 1.5M schedule: 486-495 at
+    1M and 496-500 at 1.5M (seeds 1, 2); with the seed's clip at 40 (the preset before):
+    374-399 at 1M, 426-460 at 1.5M (docs/results.md)."""
+    result = run_a3c(tmp_path, env="CartPole-v1", total_frames=1_000_000)
+    assert result.frames >= 1_000_000, result
     assert result.recent_return is not None and result.recent_return >= 450, result
 
 

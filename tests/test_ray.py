@@ -321,7 +321,7 @@ def test_impala_on_ray_learns_cartpole_to_450(cluster, tmp_path):
     """The local backend's CartPole learning test, on the two-node Ray cluster."""
     config = Config.of(
         env="CartPole-v1", backend="ray", logdir=str(tmp_path), log_interval_s=10.0, seed=1,
-        num_actors=2, total_frames=1_200_000,
+        num_actors=2, total_frames=1_000_000,
     )  # fmt: skip
     start = time.monotonic()
     result = train(config)

@@ -199,6 +199,10 @@ class ImpalaConfig:
     vtrace_lambda: float | None = None
     """V-trace's lambda (c_t = lambda * min(1, rho_t), the paper's Remark 2): 1 is the seed's;
     lower trades the targets' variance for bias; unset: the preset's."""
+    normalize_advantages: bool | None = None
+    """Scale the policy term's advantages to mean 0, std 1 over each batch (APPO: each
+    minibatch; PPO's practice), so the entropy weight means the same whatever the reward
+    scale; unset: the preset's (IMPALA: the seed's unscaled V-trace advantages)."""
 
 
 @dataclass(frozen=True)
@@ -214,9 +218,6 @@ class AppoConfig(ImpalaConfig):
     clip_ratio: float | None = None
     """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
     [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
-    normalize_advantages: bool | None = None
-    """Scale each minibatch's advantages to mean 0, std 1 (PPO's practice); unset: the
-    preset's."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from gazelle.algorithms.impala.loss import LossSettings, learner_view
+from gazelle.algorithms.impala.loss import LossSettings, learner_view, normalized
 from gazelle.losses import actor_critic
 from gazelle.losses.ppo import clipped_surrogate_loss
 
@@ -55,7 +55,7 @@ def appo_loss(
         advantages = view.rewards + view.discounts * next_vs - view.values
         raw_mean = advantages.mean()
         if settings.normalize_advantages:
-            advantages = (advantages - raw_mean) / (advantages.std() + 1e-8)
+            advantages = normalized(advantages)
     policy, policy_metrics = clipped_surrogate_loss(
         view.target_logits, view.behaviour_logits, view.actions, advantages,
         settings.clip_ratio,

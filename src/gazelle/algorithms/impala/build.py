@@ -89,6 +89,7 @@ def loss_settings(config: Config) -> LossSettings:
         section.entropy_cost,
         section.reward_clipping,
         section.vtrace_lambda,
+        bool(section.normalize_advantages),
     )
 
 
