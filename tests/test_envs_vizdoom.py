@@ -185,19 +185,28 @@ def test_the_joint_action_set_presses_the_same_button_in_every_scenario():
 MULTI = "VizdoomBasic-v1,VizdoomPredictPosition-v1"  # 300-tic scenarios, other buttons
 
 
-@pytest.mark.slow
-def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_video(tmp_path):
-    """Two scenarios with different buttons train one agent (the joint action set): the
-    progress rows count each level's games, their returns and statistics and one summary
-    score; test mode plays each level, with a GIF, and gives the same summary."""
+@pytest.fixture(scope="module")
+def multi_run(tmp_path_factory):
+    """A short multi-task run of two scenarios with different buttons (its logdir)."""
     from gazelle.algorithms import train
-    from gazelle.evaluate import evaluate
 
+    logdir = tmp_path_factory.mktemp("multi")
     config = Config.of(
-        env=MULTI, logdir=str(tmp_path), total_frames=6_000, num_actors=2, envs_per_actor=2,
+        env=MULTI, logdir=str(logdir), total_frames=6_000, num_actors=2, envs_per_actor=2,
         batch_size=2, unroll_length=16, log_interval_s=1.0, quiet=True,
     )  # fmt: skip
     train(config)
+    return logdir
+
+
+@pytest.mark.slow
+def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_video(multi_run):
+    """Two scenarios with different buttons train one agent (the joint action set): the
+    progress rows count each level's games, their returns and statistics and one summary
+    score; test mode plays each level, with a GIF, and gives the same summary."""
+    from gazelle.evaluate import evaluate
+
+    tmp_path = multi_run
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     last = rows[-1]
     levels = MULTI.split(",")
@@ -215,3 +224,59 @@ def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_vide
         assert (tmp_path / gif).stat().st_size > 0
     means = [results["levels"][level]["mean_return"] for level in levels]
     assert results["mean_level_return"] == pytest.approx(np.mean(means))
+
+
+def _engines_under(pid: int) -> list[int]:
+    """The ViZDoom engine processes among `pid`'s children."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"vizdoom" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_a_test_run_stopped_with_sigterm_closes_its_engine(multi_run):
+    """`gazelle test` stopped by SIGTERM exits 130 and closes its env: the engine, a process
+    of its own that outlives a killed parent, is gone too (it used to be left running)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gazelle.cli", "test", "--logdir", str(multi_run), "--episodes",
+         "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        engines: list[int] = []
+        while not engines and time.monotonic() < deadline and proc.poll() is None:
+            engines = _engines_under(proc.pid)
+            time.sleep(0.2)
+        assert engines, proc.poll()
+        time.sleep(1.0)  # playing now
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "stopped; no results written" in err
+    time.sleep(0.5)
+    alive = [p for p in engines if Path(f"/proc/{p}").exists()
+             and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the engine outlived gazelle test"

@@ -131,11 +131,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    from gazelle.algorithms.runstate import interruptible
     from gazelle.evaluate import evaluate
 
-    evaluate(
-        args.logdir, episodes=args.episodes, greedy=args.greedy, seed=args.seed, video=args.video
-    )
+    try:
+        # why: SIGTERM too ends it through the `finally`s that close the envs (a ViZDoom
+        # engine is a process of its own that outlives a killed parent).
+        with interruptible():
+            evaluate(
+                args.logdir, episodes=args.episodes, greedy=args.greedy, seed=args.seed,
+                video=args.video,
+            )  # fmt: skip
+    except KeyboardInterrupt:
+        print("gazelle test: stopped; no results written", file=sys.stderr)
+        return 130
     return 0
 
 

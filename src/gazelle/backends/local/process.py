@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 
 from gazelle import registrations
 from gazelle.backends.local.channels import receive_all
-from gazelle.backends.local.child import ChildLink, child_main, run_work
+from gazelle.backends.local.child import ChildLink, child_main, kill_group, run_work
 from gazelle.runtime.interfaces import Work
 
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
@@ -161,6 +161,8 @@ class ProcessFleet:
             if process is None or process.is_alive():
                 continue
             actor_id = self.specs[index].actor_id
+            # why: a child that crashed leaves what it started (a ViZDoom engine) behind.
+            kill_group(process.pid)
             extra = self._on_death(index)
             self.restarts[index] += 1
             events.append(
@@ -195,8 +197,10 @@ class ProcessFleet:
             silent = now - last
             if process is None or silent <= limit or not process.is_alive():
                 continue
-            # why: SIGKILL ends a stopped (SIGSTOP) process too, and a blocked one.
+            # why: SIGKILL ends a stopped (SIGSTOP) process too, and a blocked one; the
+            # group, so that what it started (a ViZDoom engine) goes with it.
             process.kill()
+            kill_group(process.pid)
             process.join(timeout=5.0)
             self.hung[index] += 1
             events.append(
@@ -239,6 +243,8 @@ class ProcessFleet:
             if process is not None and process.is_alive():
                 process.kill()
                 process.join(timeout=2.0)
+            if process is not None:
+                kill_group(process.pid)  # why: whatever the child left running
         self._after_stop(deadline)
         # why: what the processes sent before they stopped (finished episodes) is kept for
         # a last poll.
