@@ -11,6 +11,7 @@ a child that still runs).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
@@ -60,10 +61,9 @@ def lead_own_group() -> None:
     behind. `kill_group` ends the whole group. Ctrl-C in a terminal then reaches only the
     trainer, which stops the children through the stop event.
     """
-    try:
+    # not allowed here (or no process groups): the child alone is killed
+    with contextlib.suppress(OSError, AttributeError):
         os.setpgid(0, 0)
-    except (OSError, AttributeError):
-        pass  # not allowed here (or no process groups): the child alone is killed
 
 
 def kill_group(pid: int | None) -> None:
@@ -71,10 +71,9 @@ def kill_group(pid: int | None) -> None:
     child if alive, and anything it started; nothing if the group is gone."""
     if pid is None:
         return
-    try:
+    # no such group (every member gone) or no process groups here: nothing to do
+    with contextlib.suppress(OSError, AttributeError):
         os.killpg(pid, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # no such group (every member gone) or no process groups here
 
 
 def child_main(
