@@ -183,3 +183,21 @@ def test_impala_keeps_the_seeds_advantages_unless_asked():
     assert impala.impala.normalize_advantages is False
     asked, _, _ = prepare(Config.of(env="CartPole-v1", num_actors=1, normalize_advantages=True))
     assert asked.impala.normalize_advantages is True
+
+
+def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
+    """`--reward-scale s` (before clipping): IMPALA's loss on rewards r equals the loss on
+    rewards s * r with scale 1, and differs from the unscaled one (an agent that does not
+    read the last reward, so that only the loss sees the rewards)."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False, last_action_reward=False)
+    batch, _ = make_batch(agent, seed=4, terminated_at=[(2, 1)])
+    scaled = LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0, reward_scale=0.25)
+    by_hand = {**batch, "reward": batch["reward"] * 0.25}
+    got, _ = impala_loss(agent, batch, scaled)
+    want, _ = impala_loss(agent, by_hand, LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0))
+    unscaled, _ = impala_loss(agent, batch, LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0))
+    torch.testing.assert_close(got, want)
+    assert abs(float(got) - float(unscaled)) > 1e-3
+    with pytest.raises(ConfigError, match=r"--reward-scale: invalid value 0"):
+        validate(Config.of(env="CartPole-v1", reward_scale=0))

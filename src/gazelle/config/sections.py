@@ -192,6 +192,9 @@ class ImpalaConfig:
     """Discount factor gamma (seed: 0.99)."""
     reward_clipping: str = "abs_one"
     """abs_one | soft_asymmetric | none (seed: abs_one)."""
+    reward_scale: float = 1.0
+    """Multiply the rewards by this before clipping them (the seed: 1); for rewards paid
+    every step, whose returns are tens or hundreds (ViZDoom's scenarios)."""
     grad_norm_clip: float | None = 40.0
     """Clip the global gradient norm; None for no clipping (the seed does not clip)."""
     max_policy_lag: int | None = None

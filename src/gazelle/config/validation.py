@@ -161,3 +161,4 @@ def _validate_impala(check: _Checks) -> None:
     check.in_range("baseline_cost", 0.0, 1e6)
     check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)
     check.in_range("vtrace_lambda", 0.0, 1.0, allow_none=True)
+    check.positive("reward_scale", integer=False)

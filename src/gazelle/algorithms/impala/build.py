@@ -90,6 +90,7 @@ def loss_settings(config: Config) -> LossSettings:
         section.reward_clipping,
         section.vtrace_lambda,
         bool(section.normalize_advantages),
+        float(section.reward_scale),
     )
 
 

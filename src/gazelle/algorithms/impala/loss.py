@@ -22,6 +22,7 @@ class LossSettings:
     reward_clipping: str
     vtrace_lambda: float = 1.0
     normalize_advantages: bool = False
+    reward_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
     # why: the env outputs at t are the inputs that led to the learner outputs at t. After
     # the shift by one, the behaviour action/logits at t are what led to the env output
     # (reward, end of episode) at t+1, and the learner's value at t is V(x_t).
-    rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
+    rewards = actor_critic.clip_rewards(
+        batch["reward"][1:] * settings.reward_scale, settings.reward_clipping
+    )
     terminated, truncated = batch["terminated"][1:], batch["truncated"][1:]
     # A cut episode is bootstrapped from V(its last obs), computed by the actor when the cut
     # happened; a terminated one is not. Neither carries value across the episode boundary.
