@@ -44,28 +44,28 @@ def test_on_policy_without_clip_or_normalisation_its_gradient_is_impalas(use_lst
     assert float(metrics["ppo/ratio_mean"]) == pytest.approx(1.0)
 
 
-def test_normalised_advantages_are_the_step_by_step_targets_scaled():
-    """The policy term's gradient in the logits is -A_norm * grad log pi, where A_norm
-    normalises r_t + gamma v_{t+1} - V(x_t) built from targets written out by hand."""
-    torch.manual_seed(0)
-    agent = Agent(SPEC, "mlp", use_lstm=False)
-    batch, out = make_batch(agent, seed=2, terminated_at=[(2, 1)])
-    settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 1.0), 1e6, True)
+def step_by_step_advantages(batch, out):
+    """r_t + gamma v_{t+1} - V(x_t) `[T, B]`, from on-policy targets written out by hand
+    (`reference_targets`), and the gradient in the logits of the policy term weighted by
+    them once scaled to mean 0, std 1 (-A_norm * grad log pi)."""
+    from gazelle.losses.actor_critic import policy_gradient_loss
+
     values = out.baseline.detach().numpy()
     vs = torch.tensor(reference_targets(batch, values, GAMMA), dtype=torch.float32)
     T = vs.shape[0]
-    rewards = batch["reward"][1:]
     discounts = GAMMA * (~(batch["terminated"][1:] | batch["truncated"][1:])).float()
     next_vs = torch.cat([vs[1:], out.baseline[T].detach().unsqueeze(0)])
-    advantages = rewards + discounts * next_vs - out.baseline[:T].detach()
+    advantages = batch["reward"][1:] + discounts * next_vs - out.baseline[:T].detach()
     normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
     logits = out.policy_logits[:T].detach().clone().requires_grad_(True)
-    from gazelle.losses.actor_critic import policy_gradient_loss
-
     pg, _ = policy_gradient_loss(logits, batch["action"][1:], normalised)
     (want,) = torch.autograd.grad(pg, logits)
+    return advantages, want
 
+
+def grad_in_logits(agent, loss_fn, batch):
+    """The gradient of `loss_fn(agent, batch)` in the agent's policy logits `[T+1, B, A]`,
+    and the loss's metrics."""
     captured = {}
     real_unroll = agent.unroll
 
@@ -76,9 +76,25 @@ def test_normalised_advantages_are_the_step_by_step_targets_scaled():
         return result, state
 
     agent.unroll = unroll
-    loss, metrics = appo_loss(agent, batch, settings)
-    loss.backward()
-    torch.testing.assert_close(captured["logits"].grad[:T], want, rtol=1e-4, atol=1e-6)
+    try:
+        agent.zero_grad()
+        loss, metrics = loss_fn(agent, batch)
+        loss.backward()
+    finally:
+        agent.unroll = real_unroll
+    return captured["logits"].grad, metrics
+
+
+def test_normalised_advantages_are_the_step_by_step_targets_scaled():
+    """The policy term's gradient in the logits is -A_norm * grad log pi, where A_norm
+    normalises r_t + gamma v_{t+1} - V(x_t) built from targets written out by hand."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, out = make_batch(agent, seed=2, terminated_at=[(2, 1)])
+    settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 1.0), 1e6, True)
+    advantages, want = step_by_step_advantages(batch, out)
+    got, metrics = grad_in_logits(agent, functools.partial(appo_loss, settings=settings), batch)
+    torch.testing.assert_close(got[: len(want)], want, rtol=1e-4, atol=1e-6)
     assert float(metrics["appo/advantage_mean"]) == pytest.approx(float(advantages.mean()), 1e-4)
 
 
@@ -133,46 +149,22 @@ def test_appo_config_resolves_from_its_preset_and_checks_the_minibatches():
 def test_impala_with_normalised_advantages_scales_the_vtrace_advantages_of_the_batch():
     """`--normalize-advantages` on IMPALA: the policy term's gradient in the logits is
     -A_norm * grad log pi, A_norm the V-trace advantages (on-policy, lambda 1: written out
-    step by step) scaled to mean 0, std 1; the baseline and entropy terms are unchanged."""
+    step by step) scaled to mean 0, std 1."""
     torch.manual_seed(0)
     agent = Agent(SPEC, "mlp", use_lstm=False)
     batch, out = make_batch(agent, seed=3, terminated_at=[(2, 1)])
-    values = out.baseline.detach().numpy()
-    vs = torch.tensor(reference_targets(batch, values, GAMMA), dtype=torch.float32)
-    T = vs.shape[0]
-    discounts = GAMMA * (~(batch["terminated"][1:] | batch["truncated"][1:])).float()
-    next_vs = torch.cat([vs[1:], out.baseline[T].detach().unsqueeze(0)])
-    advantages = batch["reward"][1:] + discounts * next_vs - out.baseline[:T].detach()
-    normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    logits = out.policy_logits[:T].detach().clone().requires_grad_(True)
-    from gazelle.losses.actor_critic import policy_gradient_loss
-
-    pg, _ = policy_gradient_loss(logits, batch["action"][1:], normalised)
-    (want,) = torch.autograd.grad(pg, logits)
-
-    captured = {}
-    real_unroll = agent.unroll
-
-    def unroll(*args, **kwargs):
-        result, state = real_unroll(*args, **kwargs)
-        result.policy_logits.retain_grad()
-        captured["logits"] = result.policy_logits
-        return result, state
-
-    agent.unroll = unroll
-    settings = LossSettings(GAMMA, 0.0, 0.0, "none", 1.0, normalize_advantages=True)
-    loss, _ = impala_loss(agent, batch, settings)
-    loss.backward()
-    torch.testing.assert_close(captured["logits"].grad[:T], want, rtol=1e-4, atol=1e-6)
-    # Without it, the seed's unscaled advantages: 10x the rewards, 10x the gradient.
-    batch["reward"] = batch["reward"] * 10.0
+    _, want = step_by_step_advantages(batch, out)
+    T = len(want)
     seed_way, scaled = (LossSettings(GAMMA, 0.0, 0.0, "none", 1.0, flag) for flag in (0, 1))
-    sizes = []
-    for settings in (seed_way, scaled):
-        agent.zero_grad()
-        loss, _ = impala_loss(agent, batch, settings)
-        loss.backward()
-        sizes.append(float(captured["logits"].grad[:T].abs().sum()))
+    got, _ = grad_in_logits(agent, functools.partial(impala_loss, settings=scaled), batch)
+    torch.testing.assert_close(got[:T], want, rtol=1e-4, atol=1e-6)
+    # Without it, the seed's unscaled advantages: 10x the rewards, ~10x the gradient.
+    batch["reward"] = batch["reward"] * 10.0
+    sizes = [
+        float(grad_in_logits(agent, functools.partial(impala_loss, settings=x), batch)[0][:T]
+              .abs().sum())
+        for x in (seed_way, scaled)
+    ]  # fmt: skip
     assert sizes[0] > 5 * float(want.abs().sum()) and sizes[1] < 2 * float(want.abs().sum())
 
 

@@ -226,17 +226,6 @@ def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_vide
     assert results["mean_level_return"] == pytest.approx(np.mean(means))
 
 
-def _running(pid: int) -> bool:
-    """True while `pid` runs (a zombie, killed and not yet reaped, does not count)."""
-    from pathlib import Path
-
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _engines_under(pid: int) -> list[int]:
     """The ViZDoom engine processes among `pid`'s children."""
     from pathlib import Path
@@ -285,7 +274,9 @@ def test_a_test_run_stopped_with_sigterm_closes_its_engine(multi_run):
     assert proc.returncode == 130, err
     assert "stopped; no results written" in err
     time.sleep(0.5)
-    alive = [pid for pid in engines if _running(pid)]
+    from procfs import running
+
+    alive = [pid for pid in engines if running(pid)]
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, "the engine outlived gazelle test"

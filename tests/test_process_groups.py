@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gazelle.backends.local.process import TaskFleet
+from procfs import running
 
 pytestmark = pytest.mark.slow
 
@@ -40,15 +41,6 @@ def start_a_grandchild(spec: Spec, child) -> None:
         time.sleep(600)  # silent: the fleet kills it as hung
     while not child.waiting():
         time.sleep(0.05)
-
-
-def running(pid: int) -> bool:
-    """True while `pid` runs (a zombie, killed and not yet reaped, does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_a_crashed_a_hung_and_a_closed_child_take_what_they_started_with_them(tmp_path):

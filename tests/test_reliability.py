@@ -67,7 +67,9 @@ def test_a_slow_start_is_not_a_hang(small_config):
 
 
 class _Running:
-    """A process that is alive until killed."""
+    """A process that is alive until killed (no pid: no process group to kill)."""
+
+    pid = None
 
     def __init__(self):
         self.killed = False
