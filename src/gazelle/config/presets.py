@@ -109,6 +109,7 @@ for _families in IMPALA_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("vtrace_lambda", 1.0)  # the seed's V-trace
         _values.setdefault("normalize_advantages", False)  # the seed's advantages
+        _values.setdefault("popart", False)  # the seed's value head and advantages
         _values.setdefault("init", "seed")  # the seed's Sonnet initialisation
 
 #: APPO: the IMPALA preset of the same family and name, then these. Several passes per

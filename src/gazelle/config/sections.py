@@ -206,6 +206,14 @@ class ImpalaConfig:
     """Scale the policy term's advantages to mean 0, std 1 over each batch (APPO: each
     minibatch; PPO's practice), so the entropy weight means the same whatever the reward
     scale; unset: the preset's (IMPALA: the seed's unscaled V-trace advantages)."""
+    popart: bool | None = None
+    """PopArt (Hessel et al. 2019): the value head learns the returns in units of their
+    running standard deviation and the advantages are divided by it, for rewards whose
+    returns are far from 1 (tens or hundreds: ViZDoom's per-step rewards); unset: the
+    preset's (off: the seed's)."""
+    popart_rate: float = 0.01
+    """PopArt's step size: the returns' mean and mean square move this far towards each
+    batch's V-trace targets per update (the paper: 0.0003 over far more updates)."""
 
 
 @dataclass(frozen=True)

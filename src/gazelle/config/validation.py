@@ -162,3 +162,5 @@ def _validate_impala(check: _Checks) -> None:
     check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)
     check.in_range("vtrace_lambda", 0.0, 1.0, allow_none=True)
     check.positive("reward_scale", integer=False)
+    check.positive("popart_rate", integer=False)
+    check.in_range("popart_rate", 0.0, 1.0)

@@ -26,6 +26,7 @@ from torch import nn
 from gazelle.models.core import LSTMCore
 from gazelle.models.encoders import make_encoder, upscale, upscale_factor
 from gazelle.models.init import seed_init, universe_init
+from gazelle.models.value import ValueHead
 from gazelle.types import FRAME, IMAGE, INSTRUCTION, TEXT, AgentOutput, AgentState, ObsSpec
 
 Obs = dict[str, torch.Tensor]
@@ -104,7 +105,7 @@ class Agent(nn.Module):
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
         self.policy = nn.Linear(head_input, self.num_actions)
-        self.baseline = nn.Linear(head_input, 1)
+        self.baseline = ValueHead(head_input)
         if init == "seed":
             seed_init(self)
         elif init == "universe":

@@ -44,6 +44,8 @@ class Learner:
         device: where batches arrive and the agent lives.
         precision: fp32, or bf16 (autocast around the loss).
         grad_norm_clip: clip the global gradient norm to this (None: no clipping).
+        after_step: called with the agent after each applied optimiser step (never after a
+            skipped one): the loss's own state that follows the weights (PopArt's statistics).
     """
 
     def __init__(
@@ -54,8 +56,10 @@ class Learner:
         device: torch.device,
         precision: str = "fp32",
         grad_norm_clip: float | None = None,
+        after_step: Callable[[nn.Module], None] | None = None,
     ) -> None:
         self.agent, self.optimizer, self.loss_fn = agent, optimizer, loss_fn
+        self.after_step = after_step
         self.grad_norm_clip = grad_norm_clip
         self.device = device
         self.precision = precision
@@ -94,6 +98,8 @@ class Learner:
         self.layer_stats.before_step()
         self.optimizer.step()
         metrics.update(self.layer_stats.after_step())
+        if self.after_step is not None:
+            self.after_step(self.agent)
         self.skipped_in_a_row = 0
         metrics["learner/skipped"] = 0.0
         return metrics

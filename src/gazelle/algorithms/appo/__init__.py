@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gazelle.algorithms.appo.loss import AppoSettings, appo_loss
-from gazelle.algorithms.impala.build import loss_settings
+from gazelle.algorithms.impala.build import loss_settings, with_popart
 from gazelle.algorithms.impala.loop import train as impala_train
 from gazelle.algorithms.runstate import TrainResult
 from gazelle.config import Config
@@ -26,7 +26,7 @@ def make_loss(config: Config) -> LossFn:
     settings = AppoSettings(
         loss_settings(config), float(section.clip_ratio), bool(section.normalize_advantages)
     )
-    return functools.partial(appo_loss, settings=settings)
+    return with_popart(config, functools.partial(appo_loss, settings=settings))
 
 
 def train(config: Config, on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:

@@ -18,12 +18,14 @@ min(1, rho) would count the correction twice).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gazelle.algorithms.impala.loss import LossSettings, learner_view, normalized
+from gazelle.algorithms.impala.popart import sigma_of
 from gazelle.losses import actor_critic
 from gazelle.losses.ppo import clipped_surrogate_loss
 
@@ -38,7 +40,10 @@ class AppoSettings:
 
 
 def appo_loss(
-    agent: Any, batch: dict[str, torch.Tensor], settings: AppoSettings
+    agent: Any,
+    batch: dict[str, torch.Tensor],
+    settings: AppoSettings,
+    keep_targets: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped-surrogate V-trace loss of a `[T+1, B]` batch (see the module docstring).
 
@@ -46,13 +51,18 @@ def appo_loss(
         agent: `gazelle.models.Agent`.
         batch: the unroll fields, time-major, as IMPALA's loss takes them.
         settings: IMPALA's loss settings, the clip and whether to normalise advantages.
+        keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
     """
     view = learner_view(agent, batch, settings.impala)
     targets = view.vtrace(settings.impala.vtrace_lambda)
+    if keep_targets is not None:
+        keep_targets(targets.vs)
+    # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
+    sigma = sigma_of(agent) if settings.impala.popart else 1.0
     with torch.no_grad():
         # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
         next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)
-        advantages = view.rewards + view.discounts * next_vs - view.values
+        advantages = (view.rewards + view.discounts * next_vs - view.values) / sigma
         raw_mean = advantages.mean()
         if settings.normalize_advantages:
             advantages = normalized(advantages)
@@ -60,7 +70,7 @@ def appo_loss(
         view.target_logits, view.behaviour_logits, view.actions, advantages,
         settings.clip_ratio,
     )  # fmt: skip
-    baseline, baseline_metrics = actor_critic.baseline_loss(targets.vs - view.values)
+    baseline, baseline_metrics = actor_critic.baseline_loss((targets.vs - view.values) / sigma)
     entropy, entropy_metrics = actor_critic.entropy_loss(view.target_logits)
     impala = settings.impala
     total = policy + impala.baseline_cost * baseline + impala.entropy_cost * entropy

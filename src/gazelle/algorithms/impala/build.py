@@ -13,6 +13,7 @@ import torch
 
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.backends import BackendRequest, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
@@ -91,12 +92,20 @@ def loss_settings(config: Config) -> LossSettings:
         section.vtrace_lambda,
         bool(section.normalize_advantages),
         float(section.reward_scale),
+        bool(section.popart),
     )
+
+
+def with_popart(config: Config, loss: Any) -> LossFn:
+    """`loss` (taking `keep_targets`), with PopArt's statistics updates under `--popart`."""
+    if config.algorithm.popart:
+        return PopArtLoss(loss, float(config.algorithm.popart_rate))
+    return loss
 
 
 def vtrace_loss(config: Config) -> LossFn:
     """IMPALA's V-trace actor-critic loss with the config's settings."""
-    return functools.partial(impala_loss, settings=loss_settings(config))
+    return with_popart(config, functools.partial(impala_loss, settings=loss_settings(config)))
 
 
 def make_learner(
@@ -119,7 +128,10 @@ def make_learner(
         eps=impala.epsilon,
     )
     loss_fn = loss_fn or make_loss(config)
-    return Learner(agent, optimizer, loss_fn, device, config.run.precision, impala.grad_norm_clip)
+    return Learner(
+        agent, optimizer, loss_fn, device, config.run.precision, impala.grad_norm_clip,
+        after_step=getattr(loss_fn, "after_step", None),
+    )  # fmt: skip
 
 
 def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:

@@ -4,11 +4,13 @@ fields as the seed does (`learner_view`), which APPO's loss shares."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from gazelle.algorithms.impala.popart import sigma_of
 from gazelle.losses import actor_critic, vtrace
 
 
@@ -23,6 +25,7 @@ class LossSettings:
     vtrace_lambda: float = 1.0
     normalize_advantages: bool = False
     reward_scale: float = 1.0
+    popart: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,22 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
     )
 
 
+def in_sigma_units(
+    agent: Any, values: torch.Tensor, targets: vtrace.VTraceFromLogitsReturns
+) -> tuple[torch.Tensor, vtrace.VTraceFromLogitsReturns]:
+    """`values` `[T, B]`, the targets' `vs` and `pg_advantages` divided by the value head's
+    sigma (PopArt, `gazelle.algorithms.impala.popart`): (vs - v) / sigma is the normalised
+    target minus the normalised value, (vs - mu) / sigma - n(x), whatever mu."""
+    sigma = sigma_of(agent)
+    scaled = targets._replace(vs=targets.vs / sigma, pg_advantages=targets.pg_advantages / sigma)
+    return values / sigma, scaled
+
+
 def impala_loss(
-    agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings
+    agent: Any,
+    batch: dict[str, torch.Tensor],
+    settings: LossSettings,
+    keep_targets: Callable[[torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The V-trace actor-critic loss of a `[T+1, B]` batch of unrolls (summed, as the seed).
 
@@ -106,16 +123,22 @@ def impala_loss(
             `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
             `[B, H]` with a core), time-major.
         settings: discount, loss weights, reward clipping and V-trace's lambda.
+        keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
     """
     view = learner_view(agent, batch, settings)
     targets = view.vtrace(settings.vtrace_lambda)
+    if keep_targets is not None:
+        keep_targets(targets.vs)
+    values = view.values
+    if settings.popart:
+        values, targets = in_sigma_units(agent, values, targets)
     if settings.normalize_advantages:
         targets = targets._replace(pg_advantages=normalized(targets.pg_advantages))
     return actor_critic.impala_loss(
         target_logits=view.target_logits,
         actions=view.actions,
         vtrace_returns=targets,
-        values=view.values,
+        values=values,
         baseline_cost=settings.baseline_cost,
         entropy_cost=settings.entropy_cost,
     )

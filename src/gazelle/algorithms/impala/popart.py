@@ -1,0 +1,69 @@
+"""PopArt for the V-trace losses (`--popart`; Hessel et al. 2019, who train IMPALA's agent on
+DMLab-30 with it): the value head learns the returns in units of their running standard
+deviation sigma, and the policy term's advantages are divided by sigma, so neither term's
+size follows the size of the rewards. The statistics and the output-preserving rescale are
+the value head's (`gazelle.models.value`); this module feeds them each batch's targets.
+
+why: on rewards paid every step, the returns are tens or hundreds while the value head,
+moved ~lr per weight per update, starts near 0; for hundreds of updates the advantages were
+mostly the return-to-go and the policy went deterministic (docs/results.md, "ViZDoom").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from gazelle.models.value import ValueHead
+
+#: `(agent, batch, keep_targets) -> (loss, metrics)`; the loss hands its V-trace targets
+#: (`vs` `[T, B]`, reward units) to `keep_targets`.
+TargetsLoss = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
+
+
+def value_head(agent: nn.Module) -> ValueHead:
+    """The agent's `ValueHead` (through a DDP or similar wrapper's `.module`)."""
+    head = getattr(getattr(agent, "module", agent), "baseline", None)
+    if not isinstance(head, ValueHead):
+        raise TypeError(
+            f"--popart needs gazelle's Agent (a ValueHead as `baseline`); got {type(head).__name__}"
+        )
+    return head
+
+
+def sigma_of(agent: nn.Module) -> torch.Tensor:
+    """The value head's sigma, `[1]`, detached (a constant of the loss)."""
+    return value_head(agent).sigma.detach()
+
+
+class PopArtLoss:
+    """`loss` (IMPALA's or APPO's, called with `keep_targets`), then after each optimiser
+    step the value head's statistics take a step `rate` towards that batch's targets.
+
+    `Learner` calls `after_step(agent)` after every applied update (never after a skipped
+    one), so the statistics move once per optimiser step, as the weights do.
+    """
+
+    def __init__(self, loss: TargetsLoss, rate: float) -> None:
+        self.loss, self.rate = loss, rate
+        self._targets: torch.Tensor | None = None
+
+    def _keep(self, vs: torch.Tensor) -> None:
+        self._targets = vs.detach()
+
+    def __call__(
+        self, agent: nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        self._targets = None
+        loss, metrics = self.loss(agent, batch, keep_targets=self._keep)
+        head = value_head(agent)
+        metrics["popart/mu"], metrics["popart/sigma"] = head.mu[0].detach(), head.sigma[0].detach()
+        return loss, metrics
+
+    def after_step(self, agent: nn.Module) -> None:
+        if self._targets is not None:
+            value_head(agent).update(self._targets, self.rate)
+            self._targets = None

@@ -1,0 +1,75 @@
+"""The value head, with PopArt's statistics (van Hasselt et al. 2016; Hessel et al. 2019,
+"Multi-task deep reinforcement learning with PopArt", IMPALA's learner on DMLab-30).
+
+The layer computes a normalised value n(x) = w.x + b and outputs the value in reward units,
+v(x) = sigma * n(x) + mu. With mu = 0 and sigma = 1 (their initial values, kept unless the
+learner runs with `--popart`) it is a plain linear layer. With `--popart` the learner:
+- trains n on targets scaled by 1/sigma and divides the policy term's advantages by sigma
+  (`gazelle.algorithms.impala.loss`), so both terms keep a size near 1 whatever the returns;
+- after each update, moves mu and sigma towards the first two moments of the V-trace targets
+  (`update`) and rescales w and b so that v(x) is unchanged for every x (PopArt's
+  "preserving outputs precisely").
+
+mu and nu (the second moment) are float buffers: they are saved in checkpoints and travel
+to actors with the weights, so an actor's values (truncation bootstraps) are in reward units.
+One statistic is shared by all levels of a multi-task run (the paper keeps one per level).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+#: The smallest sigma used: below it, advantages would be scaled up more than 100x (the
+#: returns of a run that earns nothing yet are all ~0).
+SIGMA_MIN = 1e-2
+SIGMA_MAX = 1e6
+
+
+class ValueHead(nn.Linear):
+    """`nn.Linear(in_features, 1)` whose output is `sigma * (w.x + b) + mu` (see module)."""
+
+    mu: torch.Tensor
+    nu: torch.Tensor
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__(in_features, 1)
+        self.register_buffer("mu", torch.zeros(1))
+        self.register_buffer("nu", torch.ones(1))
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        """The targets' standard deviation, `[1]`, in [SIGMA_MIN, SIGMA_MAX]."""
+        variance = self.nu - self.mu.square()
+        return variance.clamp(min=SIGMA_MIN**2).sqrt().clamp(max=SIGMA_MAX)
+
+    def normalized(self, x: torch.Tensor) -> torch.Tensor:
+        """n(x), `[..., 1]`: the value in units of sigma, before mu is added."""
+        return super().forward(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """v(x) `[..., 1]` in reward units."""
+        return self.normalized(x) * self.sigma + self.mu
+
+    @torch.no_grad()
+    def update(self, targets: torch.Tensor, rate: float) -> None:
+        """Move mu and nu a step `rate` towards the mean and mean square of `targets` (any
+        shape), then rescale the layer so that its output v(x) is unchanged for every x."""
+        old_mu, old_sigma = self.mu.clone(), self.sigma
+        targets = targets.detach().float()
+        self.mu.lerp_(targets.mean().reshape(1), rate)
+        self.nu.lerp_(targets.square().mean().reshape(1), rate)
+        new_sigma = self.sigma
+        # why: v = sigma n + mu must not move for any x:
+        # w' = w sigma / sigma', b' = (sigma b + mu - mu') / sigma'.
+        self.weight.mul_(old_sigma / new_sigma)
+        self.bias.copy_((old_sigma * self.bias + old_mu - self.mu) / new_sigma)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # why: checkpoints written before the head had statistics hold only weight and bias;
+        # they were trained as mu = 0, sigma = 1.
+        for name, value in (("mu", torch.zeros(1)), ("nu", torch.ones(1))):
+            state_dict.setdefault(prefix + name, value)
+        super()._load_from_state_dict(state_dict, prefix, *args)
