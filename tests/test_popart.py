@@ -31,6 +31,7 @@ SETTINGS = LossSettings(0.99, 0.5, 0.01, "none")
 def with_stats(head: ValueHead, mu: float, sigma: float) -> ValueHead:
     head.mu.fill_(mu)
     head.nu.fill_(sigma**2 + mu**2)
+    head.count.fill_(1000)  # past the start, where the step is 1 / k
     return head
 
 
@@ -66,6 +67,24 @@ def test_rate_one_gives_the_targets_mean_and_std_and_sigma_has_a_floor():
     assert head.sigma.item() == pytest.approx(float(np.std([1, 3, 5, 7])), rel=1e-5)
     head.update(torch.full((4,), 2.5), rate=1.0)  # no spread at all
     assert head.sigma.item() == pytest.approx(SIGMA_MIN)
+
+
+def test_the_first_updates_average_the_batches_then_the_rate_takes_over():
+    """Step 1/k at the k-th update while larger than the rate: the first statistics are the
+    first batch's, not a small step away from mu = 0, sigma = 1."""
+    torch.manual_seed(0)
+    head = ValueHead(3)
+    batches = [100 + 30 * torch.randn(64) for _ in range(6)]
+    for k, batch in enumerate(batches[:4], start=1):
+        head.update(batch, rate=0.25)
+        seen = torch.cat(batches[:k])
+        want_mu = seen.mean().item()
+        want_sigma = (seen.square().mean() - seen.mean().square()).sqrt().item()
+        assert head.mu.item() == pytest.approx(want_mu, rel=1e-4)
+        assert head.sigma.item() == pytest.approx(want_sigma, rel=1e-3)
+    mu = head.mu.item()
+    head.update(batches[4], rate=0.25)  # 1/5 < 0.25: the moving average's step
+    assert head.mu.item() == pytest.approx(0.75 * mu + 0.25 * batches[4].mean().item(), rel=1e-5)
 
 
 def test_the_loss_in_sigma_units_is_the_plain_loss_scaled():
@@ -127,7 +146,7 @@ def test_the_learner_moves_the_statistics_after_each_step_and_not_after_a_skippe
     before, _ = agent.unroll(frame, batch["action"], batch["reward"], done, ())
     metrics = learner.step(batch, learning_rate=0.0)  # no weight step: only PopArt's rescale
     (vs,) = kept
-    assert agent.baseline.mu.item() == pytest.approx(0.5 * vs.mean().item(), rel=1e-5)
+    assert agent.baseline.mu.item() == pytest.approx(vs.mean().item(), rel=1e-5)  # step 1/1
     assert metrics["popart/sigma"].item() == 1.0  # the loss ran with the statistics before
     after, _ = agent.unroll(frame, batch["action"], batch["reward"], done, ())
     torch.testing.assert_close(after.baseline, before.baseline, rtol=1e-5, atol=1e-4)
@@ -156,7 +175,7 @@ def test_the_statistics_reach_actors_and_checkpoints_and_old_checkpoints_load(tm
     resumed = Agent(SPEC, torso="mlp", use_lstm=False)
     resumed.load_state_dict(torch.load(tmp_path / "new.pt", weights_only=True))
     assert resumed.baseline.mu.item() == agent.baseline.mu.item()
-    old = {k: v for k, v in agent.state_dict().items() if not k.endswith((".mu", ".nu"))}
+    old = {k: v for k, v in agent.state_dict().items() if not k.endswith((".mu", ".nu", ".count"))}
     resumed.load_state_dict(old)  # a checkpoint from before the statistics: mu 0, sigma 1
     assert resumed.baseline.mu.item() == 0.0 and resumed.baseline.sigma.item() == 1.0
 

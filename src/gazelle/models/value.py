@@ -33,11 +33,13 @@ class ValueHead(nn.Linear):
 
     mu: torch.Tensor
     nu: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, in_features: int) -> None:
         super().__init__(in_features, 1)
         self.register_buffer("mu", torch.zeros(1))
         self.register_buffer("nu", torch.ones(1))
+        self.register_buffer("count", torch.zeros(1))  # updates so far
 
     @property
     def sigma(self) -> torch.Tensor:
@@ -55,12 +57,20 @@ class ValueHead(nn.Linear):
 
     @torch.no_grad()
     def update(self, targets: torch.Tensor, rate: float) -> None:
-        """Move mu and nu a step `rate` towards the mean and mean square of `targets` (any
-        shape), then rescale the layer so that its output v(x) is unchanged for every x."""
+        """Move mu and nu a step towards the mean and mean square of `targets` (any shape),
+        then rescale the layer so that its output v(x) is unchanged for every x.
+
+        The step is `max(rate, 1 / k)` at the k-th update: the k-th statistics are the plain
+        average of the first k batches' until that is smaller than `rate`, then a moving
+        average (why: from mu = 0, sigma = 1, the first updates of a run whose returns are
+        hundreds had losses ~10^5 and gradients clipped from ~2 * 10^4; docs/results.md).
+        """
         old_mu, old_sigma = self.mu.clone(), self.sigma
         targets = targets.detach().float()
-        self.mu.lerp_(targets.mean().reshape(1), rate)
-        self.nu.lerp_(targets.square().mean().reshape(1), rate)
+        self.count += 1
+        step = torch.clamp(1.0 / self.count, min=rate)
+        self.mu.lerp_(targets.mean().reshape(1), step)
+        self.nu.lerp_(targets.square().mean().reshape(1), step)
         new_sigma = self.sigma
         # why: v = sigma n + mu must not move for any x:
         # w' = w sigma / sigma', b' = (sigma b + mu - mu') / sigma'.
@@ -70,6 +80,7 @@ class ValueHead(nn.Linear):
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # why: checkpoints written before the head had statistics hold only weight and bias;
         # they were trained as mu = 0, sigma = 1.
-        for name, value in (("mu", torch.zeros(1)), ("nu", torch.ones(1))):
+        defaults = (("mu", torch.zeros(1)), ("nu", torch.ones(1)), ("count", torch.zeros(1)))
+        for name, value in defaults:
             state_dict.setdefault(prefix + name, value)
         super()._load_from_state_dict(state_dict, prefix, *args)
