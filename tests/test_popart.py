@@ -94,12 +94,15 @@ def test_the_loss_in_sigma_units_is_the_plain_loss_scaled():
     agent = Agent(SPEC, torso="mlp", use_lstm=False)
     batch, _ = make_batch(agent, terminated_at=[(2, 0)])
     _, plain = impala_loss(agent, batch, SETTINGS)
-    with_stats(agent.baseline, mu=0.0, sigma=1.0)
-    popart = LossSettings(0.99, 0.5, 0.01, "none", popart=True)
+    # Statistics that this batch cannot move (a long history, a tiny rate): sigma stays s.
+    popart = LossSettings(0.99, 0.5, 0.01, "none", popart=True, popart_rate=1e-12)
+    with_stats(agent.baseline, mu=0.0, sigma=1.0).count.fill_(1e12)
     _, same = impala_loss(agent, batch, popart)
     assert same["losses/total"].item() == pytest.approx(plain["losses/total"].item(), rel=1e-6)
     # Change sigma and mu but keep the outputs: the targets and values stay in reward units.
-    with_stats(agent.baseline, mu=0.0, sigma=1.0).update(10 * torch.randn(50) + 3, rate=1.0)
+    agent.baseline.count.fill_(0)
+    agent.baseline.update(10 * torch.randn(50) + 3, rate=1.0)
+    agent.baseline.count.fill_(1e12)
     s = agent.baseline.sigma.item()
     assert s > 5
     _, scaled = impala_loss(agent, batch, popart)
@@ -107,16 +110,35 @@ def test_the_loss_in_sigma_units_is_the_plain_loss_scaled():
         assert scaled[name].item() == pytest.approx(plain[name].item() / s**power, rel=1e-4)
 
 
+def test_the_loss_takes_sigma_with_this_batch_in_the_statistics():
+    """PopArt's order: the statistics' step first, then the gradient step; on a fresh head
+    (step 1 / 1) the loss's sigma is the spread of this batch's own targets."""
+    torch.manual_seed(4)
+    agent = Agent(SPEC, torso="mlp", use_lstm=False)
+    batch, _ = make_batch(agent)
+    batch["reward"] = batch["reward"] * 30
+    kept: list[torch.Tensor] = []
+    _, plain = impala_loss(agent, batch, SETTINGS, keep_targets=kept.append)
+    vs = kept[0]
+    std = (vs.square().mean() - vs.mean().square()).sqrt().item()
+    assert std > 3
+    _, scaled = impala_loss(agent, batch, LossSettings(0.99, 0.5, 0.01, "none", popart=True))
+    assert scaled["losses/policy"].item() == pytest.approx(
+        plain["losses/policy"].item() / std, rel=1e-4
+    )
+    assert agent.baseline.count.item() == 0  # the loss changed nothing
+
+
 def test_appo_loss_in_sigma_units_is_the_plain_loss_scaled():
     torch.manual_seed(1)
     agent = Agent(SPEC, torso="mlp", use_lstm=False)
     batch, _ = make_batch(agent)
     plain = AppoSettings(SETTINGS, clip_ratio=0.2, normalize_advantages=False)
-    popart = AppoSettings(
-        LossSettings(0.99, 0.5, 0.01, "none", popart=True), 0.2, normalize_advantages=False
-    )
+    impala = LossSettings(0.99, 0.5, 0.01, "none", popart=True, popart_rate=1e-12)
+    popart = AppoSettings(impala, 0.2, normalize_advantages=False)
     _, want = appo_loss(agent, batch, plain)
     agent.baseline.update(8 * torch.randn(50), rate=1.0)
+    agent.baseline.count.fill_(1e12)
     s = agent.baseline.sigma.item()
     _, got = appo_loss(agent, batch, popart)
     assert got["losses/baseline"].item() == pytest.approx(
@@ -147,7 +169,9 @@ def test_the_learner_moves_the_statistics_after_each_step_and_not_after_a_skippe
     metrics = learner.step(batch, learning_rate=0.0)  # no weight step: only PopArt's rescale
     (vs,) = kept
     assert agent.baseline.mu.item() == pytest.approx(vs.mean().item(), rel=1e-5)  # step 1/1
-    assert metrics["popart/sigma"].item() == 1.0  # the loss ran with the statistics before
+    # The loss ran with the statistics the step then took.
+    assert metrics["popart/sigma"].item() == pytest.approx(agent.baseline.sigma.item(), rel=1e-6)
+    assert agent.baseline.sigma.item() > 3
     after, _ = agent.unroll(frame, batch["action"], batch["reward"], done, ())
     torch.testing.assert_close(after.baseline, before.baseline, rtol=1e-5, atol=1e-4)
     mu = agent.baseline.mu.item()

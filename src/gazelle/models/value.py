@@ -28,6 +28,10 @@ SIGMA_MIN = 1e-2
 SIGMA_MAX = 1e6
 
 
+def _sigma(mu: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+    return (nu - mu.square()).clamp(min=SIGMA_MIN**2).sqrt().clamp(max=SIGMA_MAX)
+
+
 class ValueHead(nn.Linear):
     """`nn.Linear(in_features, 1)` whose output is `sigma * (w.x + b) + mu` (see module)."""
 
@@ -44,8 +48,7 @@ class ValueHead(nn.Linear):
     @property
     def sigma(self) -> torch.Tensor:
         """The targets' standard deviation, `[1]`, in [SIGMA_MIN, SIGMA_MAX]."""
-        variance = self.nu - self.mu.square()
-        return variance.clamp(min=SIGMA_MIN**2).sqrt().clamp(max=SIGMA_MAX)
+        return _sigma(self.mu, self.nu)
 
     def normalized(self, x: torch.Tensor) -> torch.Tensor:
         """n(x), `[..., 1]`: the value in units of sigma, before mu is added."""
@@ -56,21 +59,39 @@ class ValueHead(nn.Linear):
         return self.normalized(x) * self.sigma + self.mu
 
     @torch.no_grad()
-    def update(self, targets: torch.Tensor, rate: float) -> None:
-        """Move mu and nu a step towards the mean and mean square of `targets` (any shape),
-        then rescale the layer so that its output v(x) is unchanged for every x.
+    def moments_with(
+        self, targets: torch.Tensor, rate: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(mu, nu, count)` after a step towards the mean and mean square of `targets` (any
+        shape); changes nothing.
 
         The step is `max(rate, 1 / k)` at the k-th update: the k-th statistics are the plain
         average of the first k batches' until that is smaller than `rate`, then a moving
         average (why: from mu = 0, sigma = 1, the first updates of a run whose returns are
         hundreds had losses ~10^5 and gradients clipped from ~2 * 10^4; docs/results.md).
         """
-        old_mu, old_sigma = self.mu.clone(), self.sigma
         targets = targets.detach().float()
-        self.count += 1
-        step = torch.clamp(1.0 / self.count, min=rate)
-        self.mu.lerp_(targets.mean().reshape(1), step)
-        self.nu.lerp_(targets.square().mean().reshape(1), step)
+        count = self.count + 1
+        step = torch.clamp(1.0 / count, min=rate)
+        mu = torch.lerp(self.mu, targets.mean().reshape(1), step)
+        nu = torch.lerp(self.nu, targets.square().mean().reshape(1), step)
+        return mu, nu, count
+
+    def sigma_with(self, targets: torch.Tensor, rate: float) -> torch.Tensor:
+        """sigma after `update(targets, rate)`, `[1]`, without updating (the loss's scale:
+        PopArt takes the statistics' step before the gradient step, as the paper)."""
+        mu, nu, _ = self.moments_with(targets, rate)
+        return _sigma(mu, nu)
+
+    @torch.no_grad()
+    def update(self, targets: torch.Tensor, rate: float) -> None:
+        """Take the statistics' step of `moments_with`, then rescale the layer so that its
+        output v(x) is unchanged for every x."""
+        old_mu, old_sigma = self.mu.clone(), self.sigma
+        mu, nu, count = self.moments_with(targets, rate)
+        self.mu.copy_(mu)
+        self.nu.copy_(nu)
+        self.count.copy_(count)
         new_sigma = self.sigma
         # why: v = sigma n + mu must not move for any x:
         # w' = w sigma / sigma', b' = (sigma b + mu - mu') / sigma'.

@@ -11,6 +11,9 @@ Per step t (after IMPALA's shift by one, `impala.loss.learner_view`):
     baseline   = 0.5 * sum_t (v_t - V(x_t))^2
     loss       = policy + baseline_cost * baseline + entropy_cost * sum_t sum_a p log p
 
+With `--popart`, A_t and v_s - V(x_s) are divided by the value head's sigma before the
+normalisation and the squares (`impala.popart`).
+
 The advantage is IMPALA's `pg_advantages` without V-trace's clipped rho in front: the ratio
 is in the surrogate, where the clip bounds it (a V-trace advantage already weighed by
 min(1, rho) would count the correction twice).
@@ -58,7 +61,8 @@ def appo_loss(
     if keep_targets is not None:
         keep_targets(targets.vs)
     # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
-    sigma = sigma_of(agent) if settings.impala.popart else 1.0
+    impala = settings.impala
+    sigma = sigma_of(agent, targets.vs, impala.popart_rate) if impala.popart else 1.0
     with torch.no_grad():
         # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
         next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)
@@ -72,7 +76,6 @@ def appo_loss(
     )  # fmt: skip
     baseline, baseline_metrics = actor_critic.baseline_loss((targets.vs - view.values) / sigma)
     entropy, entropy_metrics = actor_critic.entropy_loss(view.target_logits)
-    impala = settings.impala
     total = policy + impala.baseline_cost * baseline + impala.entropy_cost * entropy
     metrics = {
         **policy_metrics, **baseline_metrics, **entropy_metrics,

@@ -93,6 +93,7 @@ def loss_settings(config: Config) -> LossSettings:
         bool(section.normalize_advantages),
         float(section.reward_scale),
         bool(section.popart),
+        float(section.popart_rate),
     )
 
 

@@ -26,6 +26,7 @@ class LossSettings:
     normalize_advantages: bool = False
     reward_scale: float = 1.0
     popart: bool = False
+    popart_rate: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,12 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
 
 
 def in_sigma_units(
-    agent: Any, values: torch.Tensor, targets: vtrace.VTraceFromLogitsReturns
+    agent: Any, values: torch.Tensor, targets: vtrace.VTraceFromLogitsReturns, rate: float
 ) -> tuple[torch.Tensor, vtrace.VTraceFromLogitsReturns]:
     """`values` `[T, B]`, the targets' `vs` and `pg_advantages` divided by the value head's
     sigma (PopArt, `gazelle.algorithms.impala.popart`): (vs - v) / sigma is the normalised
     target minus the normalised value, (vs - mu) / sigma - n(x), whatever mu."""
-    sigma = sigma_of(agent)
+    sigma = sigma_of(agent, targets.vs, rate)
     scaled = targets._replace(vs=targets.vs / sigma, pg_advantages=targets.pg_advantages / sigma)
     return values / sigma, scaled
 
@@ -131,7 +132,7 @@ def impala_loss(
         keep_targets(targets.vs)
     values = view.values
     if settings.popart:
-        values, targets = in_sigma_units(agent, values, targets)
+        values, targets = in_sigma_units(agent, values, targets, settings.popart_rate)
     if settings.normalize_advantages:
         targets = targets._replace(pg_advantages=normalized(targets.pg_advantages))
     return actor_critic.impala_loss(

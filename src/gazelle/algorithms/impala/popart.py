@@ -34,9 +34,11 @@ def value_head(agent: nn.Module) -> ValueHead:
     return head
 
 
-def sigma_of(agent: nn.Module) -> torch.Tensor:
-    """The value head's sigma, `[1]`, detached (a constant of the loss)."""
-    return value_head(agent).sigma.detach()
+def sigma_of(agent: nn.Module, targets: torch.Tensor, rate: float) -> torch.Tensor:
+    """The value head's sigma once this batch's `targets` are in its statistics, `[1]`,
+    detached (a constant of the loss). The statistics themselves move after the optimiser
+    step (`PopArtLoss.after_step`): the same step, so the loss's sigma is the new one."""
+    return value_head(agent).sigma_with(targets, rate).detach()
 
 
 class PopArtLoss:
@@ -59,8 +61,10 @@ class PopArtLoss:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         self._targets = None
         loss, metrics = self.loss(agent, batch, keep_targets=self._keep)
-        head = value_head(agent)
-        metrics["popart/mu"], metrics["popart/sigma"] = head.mu[0].detach(), head.sigma[0].detach()
+        if self._targets is not None:
+            moments = value_head(agent).moments_with(self._targets, self.rate)
+            metrics["popart/mu"] = moments[0][0]
+            metrics["popart/sigma"] = sigma_of(agent, self._targets, self.rate)[0]
         return loss, metrics
 
     def after_step(self, agent: nn.Module) -> None:
