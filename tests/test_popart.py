@@ -204,12 +204,24 @@ def test_the_statistics_reach_actors_and_checkpoints_and_old_checkpoints_load(tm
     assert resumed.baseline.mu.item() == 0.0 and resumed.baseline.sigma.item() == 1.0
 
 
-def test_popart_is_off_by_default_and_the_rate_is_checked():
+def test_popart_with_unclipped_rewards_is_the_vizdoom_preset_and_off_elsewhere():
     for algo in ("impala", "appo"):
-        for family in (VECTOR, DOOM):
-            assert resolve(Config.of(algo=algo), family).algorithm.popart is False
-    assert isinstance(vtrace_loss(resolve(Config.of(popart=True), VECTOR)), PopArtLoss)
+        doom = resolve(Config.of(algo=algo), DOOM).algorithm
+        assert (doom.popart, doom.reward_clipping) == (True, "none")
+        vector = resolve(Config.of(algo=algo), VECTOR).algorithm
+        assert (vector.popart, vector.reward_clipping) == (False, "abs_one")
+        paper = resolve(Config.of(algo=algo, preset="impala-paper"), DOOM).algorithm
+        assert (paper.popart, paper.reward_clipping) == (False, "abs_one")
+    appo = resolve(Config.of(algo="appo"), DOOM).algorithm
+    assert appo.normalize_advantages is False  # PopArt scales them already
+    assert resolve(Config.of(algo="appo"), VECTOR).algorithm.normalize_advantages is True
+    clipped = resolve(Config.of(reward_clipping="abs_one", popart=False), DOOM).algorithm
+    assert (clipped.popart, clipped.reward_clipping) == (False, "abs_one")  # flags win
+    assert isinstance(vtrace_loss(resolve(Config.of(), DOOM)), PopArtLoss)
     assert not isinstance(vtrace_loss(resolve(Config.of(), VECTOR)), PopArtLoss)
+
+
+def test_the_popart_rate_is_checked():
     for bad in (0, 1.5):
         with pytest.raises(ConfigError, match=rf"--popart-rate: invalid value {bad}"):
             validate(Config.of(env="CartPole-v1", popart_rate=bad))

@@ -190,8 +190,9 @@ class ImpalaConfig:
     """Weight of the baseline loss (seed: 0.5)."""
     discounting: float = 0.99
     """Discount factor gamma (seed: 0.99)."""
-    reward_clipping: str = "abs_one"
-    """abs_one | soft_asymmetric | none (seed: abs_one)."""
+    reward_clipping: str | None = None
+    """abs_one | soft_asymmetric | none (seed: abs_one); unset: the preset's (abs_one, the
+    seed's; ViZDoom: none, with --popart)."""
     reward_scale: float = 1.0
     """Multiply the rewards by this before clipping them (the seed: 1); for rewards paid
     every step, whose returns are tens or hundreds (ViZDoom's scenarios)."""

@@ -150,7 +150,7 @@ def _validate_impala(check: _Checks) -> None:
     from gazelle.config.presets import PRESET_NAMES
 
     check.choice("preset", PRESET_NAMES)
-    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
+    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES, allow_none=True)
     check.choice("optimizer", OPTIMIZER_CHOICES, allow_none=True)
     for name in ("batch_size", "unroll_length", "max_policy_lag"):
         check.positive(name, allow_none=True)

@@ -84,6 +84,7 @@ def loss_settings(config: Config) -> LossSettings:
     """The V-trace loss settings of a resolved IMPALA or APPO config."""
     section = config.algorithm
     assert section.entropy_cost is not None and section.vtrace_lambda is not None
+    assert section.reward_clipping is not None
     return LossSettings(
         section.discounting,
         section.baseline_cost,
