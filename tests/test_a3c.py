@@ -223,3 +223,28 @@ def test_a3c_trains_checkpoints_resumes_and_is_tested(small_config, tmp_path):
     assert second.frames >= 9000 and second.updates > first.updates
     results = evaluate(tmp_path, episodes=2, verbose=False)
     assert len(results["levels"]["CartPole-v1"]["returns"]) == 2
+
+
+def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
+    """`--algo a3c --reward-scale s`: the loss on rewards r equals the loss on s * r with
+    scale 1, and differs from the unscaled one (the agent does not read the last reward, so
+    only the loss sees it)."""
+    import dataclasses
+
+    from gazelle.algorithms.a3c.worker import trainer_settings
+    from gazelle.config import Config, ConfigError, resolve, validate
+    from gazelle.envs.probe import EnvProbe
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", core_size=8, last_action_reward=False)
+    batch = rollout(seed=3, done_at=[(2, 1)])
+    got, _ = a3c_loss(agent, batch, dataclasses.replace(LOSS, reward_scale=0.25))
+    want, _ = a3c_loss(agent, {**batch, "reward": batch["reward"] * 0.25}, LOSS)
+    unscaled, _ = a3c_loss(agent, batch, LOSS)
+    torch.testing.assert_close(got, want)
+    assert abs(float(got) - float(unscaled)) > 1e-3
+    probe = EnvProbe(["CartPole-v1"], SPEC, 1, "gym")
+    config = resolve(Config.of(algo="a3c", reward_scale=0.5), probe)
+    assert trainer_settings(config, 1).loss.reward_scale == 0.5  # the flag reaches the loss
+    with pytest.raises(ConfigError, match=r"--reward-scale: invalid value 0"):
+        validate(Config.of(algo="a3c", env="CartPole-v1", reward_scale=0))

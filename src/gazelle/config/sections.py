@@ -269,6 +269,9 @@ class A3CConfig:
     family's preset (the seed's 40 for Atari, DMLab and images; none for vector tasks)."""
     reward_clipping: str = "none"
     """abs_one | soft_asymmetric | none (seed: none)."""
+    reward_scale: float = 1.0
+    """Multiply the rewards by this before clipping them (the seed: 1), as IMPALA's
+    --reward-scale."""
     queue_size: int = 5
     """Partial rollouts the runner thread may queue ahead of the trainer (seed: 5)."""
     last_action_reward: bool | None = None

@@ -124,6 +124,7 @@ def _validate_a3c(check: _Checks) -> None:
     check.choice("preset", A3C_PRESET_NAMES)
     check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
+    check.positive("reward_scale", integer=False)
     for name in ("unroll_length", "queue_size"):
         check.positive(name)
     for name in ("learning_rate", "grad_norm_clip"):

@@ -29,6 +29,7 @@ class A3CLossSettings:
     baseline_cost: float
     reward_clipping: str
     advantage_values: str = "synced"
+    reward_scale: float = 1.0
 
 
 def a3c_loss(
@@ -51,7 +52,9 @@ def a3c_loss(
     logits, values = out.policy_logits.float(), out.baseline.float()
     gamma = settings.discounting
     # why: the shift by one of the unroll layout (see the docstring).
-    rewards = actor_critic.clip_rewards(batch["reward"][1:], settings.reward_clipping)
+    rewards = actor_critic.clip_rewards(
+        batch["reward"][1:] * settings.reward_scale, settings.reward_clipping
+    )
     rewards = rewards + gamma * batch["truncated"][1:].float() * batch["truncation_value"][1:]
     if settings.advantage_values == "acting":
         # why: baseline[t+1] is V(x_t) as the runner computed it at x_t (the same shift).

@@ -53,7 +53,7 @@ def trainer_settings(config: Config, action_repeats: int) -> TrainerSettings:
     return TrainerSettings(
         loss=A3CLossSettings(
             a3c.discounting, a3c.gae_lambda, a3c.entropy_cost, a3c.baseline_cost,
-            a3c.reward_clipping, a3c.advantage_values,
+            a3c.reward_clipping, a3c.advantage_values, float(a3c.reward_scale),
         ),
         grad_norm_clip=a3c.grad_norm_clip,
         queue_size=a3c.queue_size,
