@@ -100,7 +100,7 @@ IMPALA_PRESETS["gazelle"]["vector"].update(use_lstm=False)
 #: with clipped rewards the scenarios paid every step had returns beyond the value head's
 #: reach and the policy collapsed (HealthGathering ~300, below random); PopArt learns them
 #: in units of their spread and keeps the death penalty's size (HealthGathering 1,197 and
-#: 1,081 at 800K frames, seeds 1-2) and DefendCenter is no worse (4.3 and 4.0);
+#: 1,081 at 800K frames, seeds 1-2) and DefendCenter is no worse (4.3 and 4.2);
 #: Basic collapses with it as without (docs/results.md).
 IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     envs_per_actor=8, batch_size=8, unroll_length=32, optimizer="adam", learning_rate=0.0006,

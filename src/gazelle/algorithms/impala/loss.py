@@ -123,7 +123,8 @@ def impala_loss(
         batch: the unroll fields (`frame`, `action`, `reward`, `terminated`, `truncated`,
             `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
             `[B, H]` with a core), time-major.
-        settings: discount, loss weights, reward clipping and V-trace's lambda.
+        settings: discount, loss weights, reward scale and clipping, V-trace's lambda,
+            advantage normalisation and PopArt (both terms in units of the value head's sigma).
         keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
     """
     view = learner_view(agent, batch, settings)
