@@ -101,7 +101,8 @@ IMPALA_PRESETS["gazelle"]["vector"].update(use_lstm=False)
 #: reach and the policy collapsed (HealthGathering ~300, below random); PopArt learns them
 #: in units of their spread and keeps the death penalty's size (HealthGathering 1,197 and
 #: 1,081 at 800K frames, seeds 1-2) and DefendCenter is no worse (4.3 and 4.2);
-#: Basic collapses with it as without (docs/results.md).
+#: Basic still collapses early with it (entropy 0.01-0.02 within ~20 updates; seed 2 recovered,
+#: -140 at 760K), as without it (docs/results.md).
 IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     envs_per_actor=8, batch_size=8, unroll_length=32, optimizer="adam", learning_rate=0.0006,
     epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True, popart=True,

@@ -211,10 +211,11 @@ class ImpalaConfig:
     """PopArt (Hessel et al. 2019): the value head learns the returns in units of their
     running standard deviation and the advantages are divided by it, for rewards whose
     returns are far from 1 (tens or hundreds: ViZDoom's per-step rewards); unset: the
-    preset's (off: the seed's)."""
+    preset's (on for ViZDoom, with unclipped rewards; off elsewhere: the seed's)."""
     popart_rate: float = 0.01
     """PopArt's step size: the returns' mean and mean square move this far towards each
-    batch's V-trace targets per update (the paper: 0.0003 over far more updates)."""
+    batch's V-trace targets per update (after the first updates, which average the batches
+    plainly; docs/algorithms.md)."""
 
 
 @dataclass(frozen=True)
