@@ -105,11 +105,12 @@ def test_pixel_catch_is_learned_from_a_small_ball_with_the_atari_defaults(tmp_pa
     """A 2x2-pixel ball falls in an 84x84 frame; only the frame says where, and the reward
     (+1 caught, -1 missed) comes once per 7 steps: Pong's difficulty in small. A policy that
     ignores the frame cannot beat -0.6 (gazelle/Catch-v0's docstring). With the Atari
-    preset (shallow torso, B=8, Adam) it is solved in ~0.25M frames here; with the IMPALA
+    preset (shallow torso, B=8, Adam) the 100-episode mean first reaches 0.5 at 155-178K
+    frames here (0.82 at the end of this 250K budget, whose lr decays to 0); with the IMPALA
     paper's (B=32, TF RMSProp at epsilon 0.01, LSTM) it stayed at chance over the same
     frames (docs/results.md)."""
     config = {**atari_defaults(), "envs_per_actor": 16}
-    result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=300_000, **config)
+    result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=250_000, **config)
     assert result.recent_return is not None and result.recent_return >= 0.5, result
 
 
