@@ -226,6 +226,20 @@ def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_vide
     assert results["mean_level_return"] == pytest.approx(np.mean(means))
 
 
+@pytest.mark.slow
+def test_the_doom_presets_popart_keeps_a_value_and_statistics_per_scenario(multi_run):
+    """Multi-task PopArt (the ViZDoom preset has it on): one value output and one mu/sigma per
+    level, each moved by its own level's returns only: Basic's (tens to hundreds below 0,
+    -1 a tic) and PredictPosition's (0 to 1) stay apart."""
+    from gazelle import checkpoint
+
+    agent = checkpoint.load(multi_run / "checkpoint.pt")["agent"]
+    assert agent["baseline.weight"].shape[0] == 2
+    count, mu = agent["baseline.count"], agent["baseline.mu"]
+    assert (count > 0).all(), count
+    assert mu[0] < -10.0 and abs(mu[1]) < 2.0, mu
+
+
 def _engines_under(pid: int) -> list[int]:
     """The ViZDoom engine processes among `pid`'s children."""
     from pathlib import Path

@@ -36,9 +36,13 @@ def run_episodes(
     encode: ObsEncoder,
     seed: int,
     recorder: EpisodeRecorder | None = None,
+    level: int = 0,
 ) -> list[float]:
     """Returns of `episodes` whole games of `env` (one env, batch of 1); `recorder` gets the
-    colour frame after every reset and step."""
+    colour frame after every reset and step. `level`: the env's level id in the run (picks
+    the value output of an agent with one per level; the actions do not depend on it)."""
+    # why: only the value head reads the level, and only when it has several.
+    levels = torch.tensor([level]) if getattr(agent, "num_levels", 1) > 1 else None
     returns: list[float] = []
     obs, _ = env.reset(seed=seed)
     if recorder is not None:
@@ -52,7 +56,9 @@ def run_episodes(
         while len(returns) < episodes:
             # why: a batch of one env: arrays get a leading axis, text becomes a list.
             batch = {k: [v] if isinstance(v, str) else np.asarray(v)[None] for k, v in obs.items()}
-            out, state = agent.step(encode(batch), action, reward, done, state, greedy=greedy)
+            out, state = agent.step(
+                encode(batch), action, reward, done, state, greedy=greedy, level=levels
+            )
             action = out.action
             obs, r, terminated, truncated, info = env.step(int(action[0]))
             if recorder is not None:
@@ -136,11 +142,17 @@ def evaluate(
                 encode = ObsEncoder(spec)
                 # why: an A3C agent's core may see the features alone (--no-last-action-reward).
                 inputs = config.a3c.last_action_reward if config.algo == "a3c" else True
+                # why: a multi-task PopArt agent has a value output per training level.
+                head = state["agent"].get("baseline.weight")
+                levels_out = 1 if head is None else int(head.shape[0])
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
-                                    last_action_reward=inputs is not False)  # fmt: skip
+                                    last_action_reward=inputs is not False,
+                                    num_levels=levels_out)  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
-            returns = run_episodes(agent, env, episodes, greedy, encode, seed + index, recorder)
+            returns = run_episodes(
+                agent, env, episodes, greedy, encode, seed + index, recorder, level=index
+            )
             fps = float(env.metadata.get("render_fps", 30)) / default_action_repeats(level)
         finally:
             env.close()

@@ -51,6 +51,9 @@ class Agent(nn.Module):
         last_action_reward: the core also gets the clipped last reward and the one-hot last
             action (the IMPALA seed's agent); False: the torso's features (and the
             instruction) alone, as the A3C starter agent's LSTM.
+        num_levels: value outputs, one per level (`ValueHead`): a multi-task run with PopArt
+            keeps a normalised value and its statistics per level, as the PopArt paper's
+            DMLab-30 agent; `step` and `unroll` then need each row's `level` id.
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
@@ -72,6 +75,7 @@ class Agent(nn.Module):
         core_size: int = CORE_SIZE,
         init: str = "seed",
         last_action_reward: bool = True,
+        num_levels: int = 1,
     ):
         super().__init__()
         self.obs_spec = obs_spec
@@ -105,13 +109,18 @@ class Agent(nn.Module):
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
         self.policy = nn.Linear(head_input, self.num_actions)
-        self.baseline = ValueHead(head_input)
+        self.baseline = ValueHead(head_input, num_levels)
         if init == "seed":
             seed_init(self)
         elif init == "universe":
             universe_init(self, self.policy, self.baseline)
         elif init != "torch":
             raise ValueError(f"init: invalid value {init!r}; allowed: seed | universe | torch")
+
+    @property
+    def num_levels(self) -> int:
+        """Value outputs (levels) of the value head."""
+        return self.baseline.num_levels
 
     def initial_state(
         self, batch_size: int, device: torch.device | str | None = None
@@ -132,10 +141,12 @@ class Agent(nn.Module):
         done: torch.Tensor,
         state: AgentState,
         greedy: bool = False,
+        level: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, AgentState]:
         """One step for a batch of envs: `[B, ...]` inputs -> (`AgentOutput` `[B, ...]`, state).
 
-        `greedy=True` takes the argmax action instead of sampling from the policy.
+        `greedy=True` takes the argmax action instead of sampling from the policy. `level`
+        (int `[B]`) picks each env's value output when the value head has several levels.
         """
         self._check(obs, done, time_major=False)
         # why: a step is an unroll of length 1; add and then drop the time dim.
@@ -146,6 +157,7 @@ class Agent(nn.Module):
             done.unsqueeze(0),
             state,
             greedy=greedy,
+            level=None if level is None else level.unsqueeze(0),
         )
         return AgentOutput(*(t.squeeze(0) for t in outputs)), state
 
@@ -157,6 +169,7 @@ class Agent(nn.Module):
         done: torch.Tensor,
         state: AgentState,
         greedy: bool = False,
+        level: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, AgentState]:
         """`step` under `torch.inference_mode()`, for acting (no autograd bookkeeping).
 
@@ -164,7 +177,7 @@ class Agent(nn.Module):
         but `.clone()` them outside inference mode before using them in a graph.
         """
         with torch.inference_mode():
-            return self.step(obs, last_action, reward, done, state, greedy=greedy)
+            return self.step(obs, last_action, reward, done, state, greedy=greedy, level=level)
 
     def unroll(
         self,
@@ -173,13 +186,15 @@ class Agent(nn.Module):
         reward: torch.Tensor,
         done: torch.Tensor,
         state: AgentState,
+        level: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, AgentState]:
         """`T` steps: `[T, B, ...]` inputs -> (`AgentOutput` `[T, B, ...]`, state after T-1).
 
-        Equals `T` calls of `step`; the torso sees all `T * B` frames as one batch.
+        Equals `T` calls of `step`; the torso sees all `T * B` frames as one batch. `level`
+        (int, `[T, B]` or `[B]`) as in `step`.
         """
         self._check(obs, done, time_major=True)
-        return self._forward(obs, last_action, reward, done, state, greedy=False)
+        return self._forward(obs, last_action, reward, done, state, greedy=False, level=level)
 
     def forward(
         self,
@@ -188,9 +203,10 @@ class Agent(nn.Module):
         reward: torch.Tensor,
         done: torch.Tensor,
         state: AgentState,
+        level: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, AgentState]:
         """Same as `unroll`."""
-        return self.unroll(obs, last_action, reward, done, state)
+        return self.unroll(obs, last_action, reward, done, state, level)
 
     def _encoder(self, name: str) -> nn.Module:
         """The encoder of field `name`."""
@@ -228,6 +244,7 @@ class Agent(nn.Module):
         done: torch.Tensor,
         state: AgentState,
         greedy: bool,
+        level: torch.Tensor | None = None,
     ) -> tuple[AgentOutput, AgentState]:
         """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
         num_steps, batch_size = done.shape
@@ -247,7 +264,9 @@ class Agent(nn.Module):
 
         with torch.autocast(core_output.device.type, enabled=False):
             policy_logits = self.policy(core_output)  # [T*B, A]
-            baseline = self.baseline(core_output).squeeze(-1)  # [T*B]
+            if level is not None:
+                level = level.expand(num_steps, batch_size).reshape(-1)  # [T*B]
+            baseline = self.baseline(core_output, level).squeeze(-1)  # [T*B]
         with torch.no_grad():
             if greedy:
                 action = policy_logits.argmax(dim=-1)
@@ -273,11 +292,13 @@ def build_agent(
     use_lstm: bool = True,
     init: str = "seed",
     last_action_reward: bool = True,
+    num_levels: int = 1,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
-    benchmarks all build their agent here, so that they agree on every size."""
+    benchmarks all build their agent here, so that they agree on every size. `num_levels`
+    value outputs: one per level of a multi-task run with PopArt, else 1."""
     return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
-                 last_action_reward=last_action_reward)  # fmt: skip
+                 last_action_reward=last_action_reward, num_levels=num_levels)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

@@ -12,7 +12,8 @@ learner runs with `--popart`) it is a plain linear layer. With `--popart` the le
 
 mu and nu (the second moment) are float buffers: they are saved in checkpoints and travel
 to actors with the weights, so an actor's values (truncation bootstraps) are in reward units.
-One statistic is shared by all levels of a multi-task run (the paper keeps one per level).
+A multi-task run with `--popart` has one normalised output and one statistic per level (the
+paper's multi-task PopArt); the agent picks each row's level (`level` ids `[T, B]`).
 """
 
 from __future__ import annotations
@@ -28,80 +29,118 @@ SIGMA_MIN = 1e-2
 SIGMA_MAX = 1e6
 
 
-def _sigma(mu: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+def sigma_from(mu: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+    """The standard deviation from the first two moments, in [SIGMA_MIN, SIGMA_MAX]."""
     return (nu - mu.square()).clamp(min=SIGMA_MIN**2).sqrt().clamp(max=SIGMA_MAX)
 
 
 class ValueHead(nn.Linear):
-    """`nn.Linear(in_features, 1)` whose output is `sigma * (w.x + b) + mu` (see module)."""
+    """`nn.Linear(in_features, num_levels)` whose output for level l is
+    `sigma_l * (w_l.x + b_l) + mu_l` (see module): one normalised value and one statistic per
+    level, as the paper's multi-task agent (a single column for single-task runs)."""
 
     mu: torch.Tensor
     nu: torch.Tensor
     count: torch.Tensor
 
-    def __init__(self, in_features: int) -> None:
-        super().__init__(in_features, 1)
-        self.register_buffer("mu", torch.zeros(1))
-        self.register_buffer("nu", torch.ones(1))
-        self.register_buffer("count", torch.zeros(1))  # updates so far
+    def __init__(self, in_features: int, num_levels: int = 1) -> None:
+        if num_levels < 1:
+            raise ValueError(f"num_levels: invalid value {num_levels}; allowed: 1 or more")
+        super().__init__(in_features, num_levels)
+        self.num_levels = num_levels
+        self.register_buffer("mu", torch.zeros(num_levels))
+        self.register_buffer("nu", torch.ones(num_levels))
+        self.register_buffer("count", torch.zeros(num_levels))  # updates so far, per level
 
     @property
     def sigma(self) -> torch.Tensor:
-        """The targets' standard deviation, `[1]`, in [SIGMA_MIN, SIGMA_MAX]."""
-        return _sigma(self.mu, self.nu)
+        """The targets' standard deviation per level, `[L]`, in [SIGMA_MIN, SIGMA_MAX]."""
+        return sigma_from(self.mu, self.nu)
 
-    def normalized(self, x: torch.Tensor) -> torch.Tensor:
-        """n(x), `[..., 1]`: the value in units of sigma, before mu is added."""
-        return super().forward(x)
+    def _pick(self, values: torch.Tensor, level: torch.Tensor | None) -> torch.Tensor:
+        """`values` `[..., L]` -> `[..., 1]`: each row's column `level` (int, `[...]`)."""
+        if level is None:
+            if self.num_levels != 1:
+                raise ValueError(
+                    f"this value head has {self.num_levels} levels; pass each row's level id"
+                )
+            return values
+        index = level.to(device=values.device, dtype=torch.long).expand(values.shape[:-1])
+        return values.gather(-1, index.unsqueeze(-1))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """v(x) `[..., 1]` in reward units."""
-        return self.normalized(x) * self.sigma + self.mu
+    def normalized(self, x: torch.Tensor, level: torch.Tensor | None = None) -> torch.Tensor:
+        """n(x), `[..., 1]`: the value in units of sigma, before mu is added; `level` (int,
+        broadcastable to `x`'s leading dims) picks each row's level (needed with L > 1)."""
+        return self._pick(super().forward(x), level)
+
+    def forward(self, x: torch.Tensor, level: torch.Tensor | None = None) -> torch.Tensor:
+        """v(x) `[..., 1]` in reward units, of each row's `level` (see `normalized`)."""
+        return self._pick(super().forward(x) * self.sigma + self.mu, level)
 
     @torch.no_grad()
     def moments_with(
-        self, targets: torch.Tensor, rate: float
+        self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`(mu, nu, count)` after a step towards the mean and mean square of `targets` (any
-        shape); changes nothing.
+        """`(mu, nu, count)` `[L]` each after a step towards the mean and mean square of each
+        level's `targets` (`[T, B]`, or any shape with `level` broadcastable to it; all level 0
+        when None); changes nothing. A level with no targets here keeps its statistics.
 
-        The step is `max(rate, 1 / k)` at the k-th update: the k-th statistics are the plain
-        average of the first k batches' until that is smaller than `rate`, then a moving
+        The step is `max(rate, 1 / k)` at a level's k-th update: the k-th statistics are the
+        plain average of the first k batches' until that is smaller than `rate`, then a moving
         average (why: from mu = 0, sigma = 1, the first updates of a run whose returns are
         hundreds had losses ~10^5 and gradients clipped from ~2 * 10^4; docs/results.md).
         """
         targets = targets.detach().float()
-        count = self.count + 1
-        step = torch.clamp(1.0 / count, min=rate)
-        mu = torch.lerp(self.mu, targets.mean().reshape(1), step)
-        nu = torch.lerp(self.nu, targets.square().mean().reshape(1), step)
+        if level is None:
+            level = torch.zeros((), dtype=torch.long)
+        index = level.to(device=targets.device, dtype=torch.long).expand(targets.shape).flatten()
+        flat = targets.flatten()
+        size = self.num_levels
+        seen = torch.zeros(size, device=flat.device).index_add_(0, index, torch.ones_like(flat))
+        present = seen > 0
+        # why: a level absent from this batch gets no step (its count and moments stay).
+        mean = torch.zeros(size, device=flat.device).index_add_(0, index, flat) / seen.clamp(min=1)
+        square = torch.zeros(size, device=flat.device).index_add_(0, index, flat.square())
+        square = square / seen.clamp(min=1)
+        count = self.count + present.float()
+        step = torch.where(present, torch.clamp(1.0 / count.clamp(min=1), min=rate), 0.0)
+        mu = torch.lerp(self.mu, mean, step)
+        nu = torch.lerp(self.nu, square, step)
         return mu, nu, count
 
-    def sigma_with(self, targets: torch.Tensor, rate: float) -> torch.Tensor:
-        """sigma after `update(targets, rate)`, `[1]`, without updating (the loss's scale:
-        PopArt takes the statistics' step before the gradient step, as the paper)."""
-        mu, nu, _ = self.moments_with(targets, rate)
-        return _sigma(mu, nu)
+    def sigma_with(
+        self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """sigma per level `[L]` after `update(targets, rate, level)`, without updating (the
+        loss's scale: PopArt takes the statistics' step before the gradient step, as the
+        paper)."""
+        mu, nu, _ = self.moments_with(targets, rate, level)
+        return sigma_from(mu, nu)
 
     @torch.no_grad()
-    def update(self, targets: torch.Tensor, rate: float) -> None:
-        """Take the statistics' step of `moments_with`, then rescale the layer so that its
-        output v(x) is unchanged for every x."""
+    def update(self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None) -> None:
+        """Take the statistics' step of `moments_with`, then rescale each level's row so that
+        its output v_l(x) is unchanged for every x."""
         old_mu, old_sigma = self.mu.clone(), self.sigma
-        mu, nu, count = self.moments_with(targets, rate)
+        mu, nu, count = self.moments_with(targets, rate, level)
         self.mu.copy_(mu)
         self.nu.copy_(nu)
         self.count.copy_(count)
         new_sigma = self.sigma
-        # why: v = sigma n + mu must not move for any x:
-        # w' = w sigma / sigma', b' = (sigma b + mu - mu') / sigma'.
-        self.weight.mul_(old_sigma / new_sigma)
+        # why: v = sigma n + mu must not move for any x, per level (row) l:
+        # w_l' = w_l sigma_l / sigma_l', b_l' = (sigma_l b_l + mu_l - mu_l') / sigma_l'.
+        self.weight.mul_((old_sigma / new_sigma).unsqueeze(-1))
         self.bias.copy_((old_sigma * self.bias + old_mu - self.mu) / new_sigma)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # why: checkpoints written before the head had statistics hold only weight and bias;
         # they were trained as mu = 0, sigma = 1.
-        defaults = (("mu", torch.zeros(1)), ("nu", torch.ones(1)), ("count", torch.zeros(1)))
+        size = self.num_levels
+        defaults = (
+            ("mu", torch.zeros(size)),
+            ("nu", torch.ones(size)),
+            ("count", torch.zeros(size)),
+        )
         for name, value in defaults:
             state_dict.setdefault(prefix + name, value)
         super()._load_from_state_dict(state_dict, prefix, *args)

@@ -48,12 +48,23 @@ class ActorSpec:
     lockstep_batch: int | None = None
     #: The agent's core gets the last reward and action too (`gazelle.models.Agent`).
     last_action_reward: bool = True
+    #: The agent's value outputs: one per level with multi-task PopArt, else 1.
+    num_levels: int = 1
+
+    @property
+    def value_level(self) -> int | None:
+        """The level id to send with each row (None: a one-level value head)."""
+        return self.level_id if self.num_levels > 1 else None
 
 
 def actor_agent(spec: ActorSpec) -> Agent:
     """The actor's own copy of the agent (weights come from the learner)."""
     return build_agent(
-        spec.obs_spec, spec.torso, spec.use_lstm, last_action_reward=spec.last_action_reward
+        spec.obs_spec,
+        spec.torso,
+        spec.use_lstm,
+        last_action_reward=spec.last_action_reward,
+        num_levels=spec.num_levels,
     )
 
 

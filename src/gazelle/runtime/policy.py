@@ -53,9 +53,14 @@ class Policy(Protocol):
 
 
 class _StatefulPolicy:
-    """`step` and `values` of both policies, over their one-call `_call`."""
+    """`step` and `values` of both policies, over their one-call `_call`.
+
+    `level`: the actor's level id, sent with every row when the agent keeps a value output
+    per level (multi-task PopArt), so values (truncation bootstraps) are that level's.
+    """
 
     state: AgentState
+    level: int | None = None
 
     def _call(
         self,
@@ -66,6 +71,11 @@ class _StatefulPolicy:
         state: AgentState,
     ) -> tuple[AgentOutput, AgentState]:
         raise NotImplementedError
+
+    def _levels(self, count: int) -> torch.Tensor | None:
+        """`[count]` copies of the actor's level id (None: a one-level value head)."""
+        level = self.level
+        return None if level is None else torch.full((count,), level, dtype=torch.int64)
 
     def step(
         self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
@@ -102,8 +112,10 @@ class LocalPolicy(_StatefulPolicy):
         lockstep_batch: int | None = None,
         waiting: Callable[[], bool] = lambda: False,
         lockstep_timeout_s: float = 30.0,
+        level: int | None = None,
     ) -> None:
         self.agent, self.params = agent.eval(), params
+        self.level = level
         self.state: AgentState = agent.initial_state(num_envs)
         self._version = -1
         self.num_envs, self.lockstep_batch = num_envs, lockstep_batch
@@ -146,7 +158,7 @@ class LocalPolicy(_StatefulPolicy):
         done: torch.Tensor,
         state: AgentState,
     ) -> tuple[AgentOutput, AgentState]:
-        return self.agent.act(obs, last_action, reward, done, state)
+        return self.agent.act(obs, last_action, reward, done, state, level=self._levels(len(done)))
 
 
 class CentralPolicy(_StatefulPolicy):
@@ -157,8 +169,8 @@ class CentralPolicy(_StatefulPolicy):
     is restarted) and `PolicyStopped` when the run stops while it waits.
     """
 
-    def __init__(self, client: InferenceClient, num_envs: int) -> None:
-        self.client = client
+    def __init__(self, client: InferenceClient, num_envs: int, level: int | None = None) -> None:
+        self.client, self.level = client, level
         size = client.state_size
         self.state: AgentState = (
             (torch.zeros(num_envs, size), torch.zeros(num_envs, size)) if size else ()
@@ -183,6 +195,9 @@ class CentralPolicy(_StatefulPolicy):
         inputs = {**obs, "last_action": last_action, "reward": reward, "done": done}
         if state:
             inputs["state_h"], inputs["state_c"] = state
+        levels = self._levels(len(done))
+        if levels is not None:
+            inputs["level"] = levels
         response, version = self.client.infer(inputs, len(done))
         out = AgentOutput(response["action"], response["policy_logits"], response["baseline"])
         new_state: AgentState = (response["state_h"], response["state_c"]) if state else ()

@@ -62,7 +62,7 @@ def appo_loss(
         keep_targets(targets.vs)
     # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
     impala = settings.impala
-    sigma = sigma_of(agent, targets.vs, impala.popart_rate) if impala.popart else 1.0
+    sigma = sigma_of(agent, targets.vs, impala.popart_rate, view.level) if impala.popart else 1.0
     with torch.no_grad():
         # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
         next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)

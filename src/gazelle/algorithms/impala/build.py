@@ -136,6 +136,12 @@ def make_learner(
     )  # fmt: skip
 
 
+def value_levels(config: Config, levels: int) -> int:
+    """The agent's value outputs: one per level with `--popart` (the PopArt paper's multi-task
+    agent: each level's returns keep their own mu and sigma), else one."""
+    return levels if config.algorithm.popart else 1
+
+
 def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     """One spec per actor, levels dealt round-robin as in the seed."""
     actors, impala = config.actors, config.algorithm
@@ -163,6 +169,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
             lockstep_batch=impala.batch_size if lockstep else None,
+            num_levels=value_levels(config, len(levels)),
         )
         for i in range(actors.num_actors)
     ]
@@ -185,7 +192,10 @@ def build(
     learner_threads(config, device)
     model = config.model
     assert model.use_lstm is not None and model.init is not None  # resolved from the preset
-    agent = build_agent(found.obs_spec, model.torso, model.use_lstm, model.init).to(device)
+    agent = build_agent(
+        found.obs_spec, model.torso, model.use_lstm, model.init,
+        num_levels=value_levels(config, len(found.levels)),
+    ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     request = BackendRequest(
         actors=actor_specs(config, found),

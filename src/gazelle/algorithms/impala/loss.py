@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from gazelle.algorithms.impala.popart import sigma_of
+from gazelle.algorithms.impala.popart import batch_levels, sigma_of
 from gazelle.losses import actor_critic, vtrace
 
 
@@ -41,6 +41,7 @@ class LearnerView:
     behaviour_logits: torch.Tensor  # the actors' policy on x_t
     rewards: torch.Tensor  # r_t, clipped, plus the bootstrap of a cut episode
     discounts: torch.Tensor  # gamma, 0 where the episode ended after step t
+    level: torch.Tensor | None = None  # each unroll's level `[B]` (a value per level), or None
 
     def vtrace(self, lambda_: float = 1.0) -> vtrace.VTraceFromLogitsReturns:
         """V-trace targets of these steps (no gradient: targets are constants)."""
@@ -74,7 +75,10 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
     obs = {name: batch[name] for name in agent.obs_spec.names}
     done = batch["terminated"] | batch["truncated"]
     state = (batch["state_h"], batch["state_c"]) if "state_h" in batch else ()
-    learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state)
+    level = batch_levels(agent, batch)
+    # why: an agent without a value per level (any custom one) is called as before.
+    levels = {} if level is None else {"level": level}
+    learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state, **levels)
     logits = learner_out.policy_logits.float()
     baseline = learner_out.baseline.float()
 
@@ -96,16 +100,22 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
         behaviour_logits=batch["policy_logits"][1:],
         rewards=rewards,
         discounts=(~(terminated | truncated)).float() * settings.discounting,
+        level=level,
     )
 
 
 def in_sigma_units(
-    agent: Any, values: torch.Tensor, targets: vtrace.VTraceFromLogitsReturns, rate: float
+    agent: Any,
+    values: torch.Tensor,
+    targets: vtrace.VTraceFromLogitsReturns,
+    rate: float,
+    level: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, vtrace.VTraceFromLogitsReturns]:
     """`values` `[T, B]`, the targets' `vs` and `pg_advantages` divided by the value head's
-    sigma (PopArt, `gazelle.algorithms.impala.popart`): (vs - v) / sigma is the normalised
-    target minus the normalised value, (vs - mu) / sigma - n(x), whatever mu."""
-    sigma = sigma_of(agent, targets.vs, rate)
+    sigma (PopArt, `gazelle.algorithms.impala.popart`; each unroll's level's, `level` `[B]`):
+    (vs - v) / sigma is the normalised target minus the normalised value, (vs - mu) / sigma -
+    n(x), whatever mu."""
+    sigma = sigma_of(agent, targets.vs, rate, level)
     scaled = targets._replace(vs=targets.vs / sigma, pg_advantages=targets.pg_advantages / sigma)
     return values / sigma, scaled
 
@@ -133,7 +143,7 @@ def impala_loss(
         keep_targets(targets.vs)
     values = view.values
     if settings.popart:
-        values, targets = in_sigma_units(agent, values, targets, settings.popart_rate)
+        values, targets = in_sigma_units(agent, values, targets, settings.popart_rate, view.level)
     if settings.normalize_advantages:
         targets = targets._replace(pg_advantages=normalized(targets.pg_advantages))
     return actor_critic.impala_loss(

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gazelle.models.value import ValueHead
+from gazelle.models.value import ValueHead, sigma_from
 
 #: `(agent, batch, keep_targets) -> (loss, metrics)`; the loss hands its V-trace targets
 #: (`vs` `[T, B]`, reward units) to `keep_targets`.
@@ -34,11 +34,23 @@ def value_head(agent: nn.Module) -> ValueHead:
     return head
 
 
-def sigma_of(agent: nn.Module, targets: torch.Tensor, rate: float) -> torch.Tensor:
-    """The value head's sigma once this batch's `targets` are in its statistics, `[1]`,
-    detached (a constant of the loss). The statistics themselves move after the optimiser
-    step (`PopArtLoss.after_step`): the same step, so the loss's sigma is the new one."""
-    return value_head(agent).sigma_with(targets, rate).detach()
+def batch_levels(agent: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """Each unroll's level id `[B]` when the agent keeps a value output per level (multi-task
+    PopArt), else None."""
+    if getattr(getattr(agent, "module", agent), "num_levels", 1) <= 1:
+        return None
+    return batch["level_id"].long()
+
+
+def sigma_of(
+    agent: nn.Module, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The value head's sigma once this batch's `targets` `[T, B]` are in its statistics,
+    detached (a constant of the loss): `[1]`, or each unroll's level's `[B]` when `level`
+    `[B]` is given. The statistics themselves move after the optimiser step
+    (`PopArtLoss.after_step`): the same step, so the loss's sigma is the new one."""
+    sigma = value_head(agent).sigma_with(targets, rate, level).detach()
+    return sigma if level is None else sigma[level.to(sigma.device)]
 
 
 class PopArtLoss:
@@ -52,6 +64,7 @@ class PopArtLoss:
     def __init__(self, loss: TargetsLoss, rate: float) -> None:
         self.loss, self.rate = loss, rate
         self._targets: torch.Tensor | None = None
+        self._level: torch.Tensor | None = None
 
     def _keep(self, vs: torch.Tensor) -> None:
         self._targets = vs.detach()
@@ -61,13 +74,20 @@ class PopArtLoss:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         self._targets = None
         loss, metrics = self.loss(agent, batch, keep_targets=self._keep)
+        self._level = batch_levels(agent, batch)
         if self._targets is not None:
-            moments = value_head(agent).moments_with(self._targets, self.rate)
-            metrics["popart/mu"] = moments[0][0]
-            metrics["popart/sigma"] = sigma_of(agent, self._targets, self.rate)[0]
+            head = value_head(agent)
+            mu, nu, _ = head.moments_with(self._targets, self.rate, self._level)
+            sigma = sigma_from(mu, nu)
+            if head.num_levels == 1:
+                metrics["popart/mu"], metrics["popart/sigma"] = mu[0], sigma[0]
+            else:
+                for level in range(head.num_levels):
+                    metrics[f"popart/mu/{level}"] = mu[level]
+                    metrics[f"popart/sigma/{level}"] = sigma[level]
         return loss, metrics
 
     def after_step(self, agent: nn.Module) -> None:
         if self._targets is not None:
-            value_head(agent).update(self._targets, self.rate)
+            value_head(agent).update(self._targets, self.rate, self._level)
             self._targets = None

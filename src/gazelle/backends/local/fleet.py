@@ -41,13 +41,14 @@ def make_policy(
         client = SharedMemoryInferenceClient(
             channels, spec.actor_id, should_stop, spec.response_timeout_s
         )
-        return CentralPolicy(client, spec.envs_per_actor)
+        return CentralPolicy(client, spec.envs_per_actor, level=spec.value_level)
     return LocalPolicy(
         actor_agent(spec),
         params,
         spec.envs_per_actor,
         lockstep_batch=spec.lockstep_batch,
         waiting=should_stop,
+        level=spec.value_level,
     )
 
 

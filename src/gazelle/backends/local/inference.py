@@ -68,6 +68,9 @@ class InferenceChannels:
             last_action=torch.zeros(n, e, dtype=torch.int64),
             reward=torch.zeros(n, e),
             done=torch.zeros(n, e, dtype=torch.bool),
+            # why: each row's level picks its value output in a multi-task PopArt agent
+            # (an actor's rows are all its level; 0 where the agent has one level).
+            level=torch.zeros(n, e, dtype=torch.int64),
         )
         response = {
             "action": torch.zeros(n, e, dtype=torch.int64),
@@ -267,8 +270,9 @@ class InferenceServer:
         self.params_version = self.params.pull(self.agent, self.params_version)
         obs = {k: inputs[k] for k in channels.obs_names}
         state = (inputs["state_h"], inputs["state_c"]) if channels.has_state else ()
+        level = inputs["level"] if getattr(self.agent, "num_levels", 1) > 1 else None
         out, new_state = self.agent.step(
-            obs, inputs["last_action"], inputs["reward"], inputs["done"], state
+            obs, inputs["last_action"], inputs["reward"], inputs["done"], state, level=level
         )
         results = {"action": out.action, "policy_logits": out.policy_logits}
         results["baseline"] = out.baseline

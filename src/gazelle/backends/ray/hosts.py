@@ -97,13 +97,15 @@ class ActorHost:
         self.params = RefParams()
         policy: Policy
         if server is None:
-            policy = LocalPolicy(actor_agent(spec), self.params, spec.envs_per_actor)
+            policy = LocalPolicy(
+                actor_agent(spec), self.params, spec.envs_per_actor, level=spec.value_level
+            )
         else:
             from gazelle.backends.ray.inference import RayInferenceClient
 
             size = state_size(spec.use_lstm)
             client = RayInferenceClient(server, size, spec.response_timeout_s)
-            policy = CentralPolicy(client, spec.envs_per_actor)
+            policy = CentralPolicy(client, spec.envs_per_actor, level=spec.value_level)
         self.events: list[dict[str, Any]] = []
         self.actor = Actor(spec, self.writer, policy, self.events.append)
 

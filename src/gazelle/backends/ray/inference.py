@@ -36,7 +36,7 @@ class _Request:
 
 
 #: The request's fields that are not observation fields.
-_STEP_INPUTS = frozenset({"last_action", "reward", "done", "state_h", "state_c"})
+_STEP_INPUTS = frozenset({"last_action", "reward", "done", "state_h", "state_c", "level"})
 
 
 class ServerFailed(RuntimeError):
@@ -147,8 +147,9 @@ class InferenceHost:
         # why: a request holds the observation's fields and these inputs of the agent's step.
         obs = {k: v for k, v in inputs.items() if k not in _STEP_INPUTS}
         state = (inputs["state_h"], inputs["state_c"]) if "state_h" in inputs else ()
+        level = inputs.get("level") if getattr(self.agent, "num_levels", 1) > 1 else None
         out, new_state = self.agent.step(
-            obs, inputs["last_action"], inputs["reward"], inputs["done"], state
+            obs, inputs["last_action"], inputs["reward"], inputs["done"], state, level=level
         )
         results = {"action": out.action, "policy_logits": out.policy_logits.float()}
         results["baseline"] = out.baseline.float()
