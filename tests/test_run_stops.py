@@ -5,8 +5,10 @@ one at resume."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -122,3 +124,37 @@ def test_a_corrupt_checkpoint_resumes_from_the_previous_one(small_config, tmp_pa
     assert second.frames >= prev_frames + 2_000
     assert (tmp_path / "checkpoint.pt.corrupt").read_bytes() == data[: len(data) // 2]
     assert checkpoint.load(path)["frames"] == second.frames
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
+def test_a_run_stops_once_its_100_episode_mean_reaches_the_target_return(tmp_path, capsys, algo):
+    """`--target-return`: random CartPole play lasts ~22 steps, so a target of 12 is met as
+    soon as the window holds 100 episodes (~2-3K frames), long before the 1M budget."""
+    logdir = tmp_path / algo
+    main(["train", "--algo", algo, "--env", "CartPole-v1", "--num-actors", "2",
+          "--envs-per-actor", "4", "--total-frames", "1000000", "--target-return", "12",
+          "--log-interval-s", "0.5", "--logdir", str(logdir)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "stopped at --target-return 12: reached at " in out
+    rows = [json.loads(line) for line in (logdir / "progress.jsonl").read_text().splitlines()]
+    frames = rows[-1]["frames"]
+    assert frames < 50_000, frames
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    events.Reload()
+    returns = [e.value for e in events.Scalars("charts/episode_return")]
+    assert len(returns) >= 100 and np.mean(returns[-100:]) >= 12
+
+
+def test_the_target_return_needs_a_full_window(tmp_path):
+    from gazelle.logging import RETURN_WINDOW, RunLogger
+
+    logger = RunLogger(tmp_path, total_frames=1000, console=False, tensorboard=False)
+    for _ in range(RETURN_WINDOW - 1):
+        logger.episode("CartPole-v1", 50.0, 200, frames=0)
+    assert not logger.reached(10.0)  # 99 episodes: not yet
+    logger.episode("CartPole-v1", 50.0, 200, frames=0)
+    assert logger.reached(10.0) and logger.reached(50.0) and not logger.reached(50.5)
+    assert not logger.reached(None)

@@ -126,6 +126,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"done: {result.frames:,} frames, {result.updates} updates, {result.episodes} "
         f"episodes, recent mean return {ret}, {result.fps:,.0f} frames/s"
     )
+    target = config.run.target_return
+    if target is not None and result.recent_return is not None and result.recent_return >= target:
+        print(f"stopped at --target-return {target:g}: reached at {result.frames:,} frames")
     print(NEXT_STEPS.format(logdir=result.logdir))
     return 0
 

@@ -164,6 +164,14 @@ class RunLogger:
         window = self._returns if level is None else self._level_returns.get(level)
         return float(np.mean(window)) if window else None
 
+    def reached(self, target: float | None) -> bool:
+        """The last ``RETURN_WINDOW`` episodes (a full window) have a mean of `target` or more
+        (False without a target)."""
+        window = self._returns
+        return (
+            target is not None and len(window) == RETURN_WINDOW and bool(np.mean(window) >= target)
+        )
+
     def level_returns(self) -> dict[str, list[float]]:
         """The recent returns of every level seen so far (a copy), oldest first."""
         return {level: list(window) for level, window in self._level_returns.items()}

@@ -128,6 +128,9 @@ class RunConfig:
     """Env frames to train for (agent steps x action repeats)."""
     max_seconds: float | None = None
     """Also stop after this many seconds of training (fixed-time runs, benchmarks)."""
+    target_return: float | None = None
+    """Also stop once the mean return of the last 100 episodes (over all levels) reaches
+    this: a solved task stops early (time-to-score runs, learning tests)."""
     device: str = "auto"
     """Learner device: auto (cuda if present), cpu, cuda, cuda:N."""
     precision: str = "fp32"

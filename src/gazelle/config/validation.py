@@ -76,6 +76,7 @@ def validate(config: Config) -> Config:
     check.positive("total_frames", allow_none=True)
     check.positive("checkpoint_interval_s", integer=False)
     check.positive("max_seconds", integer=False, allow_none=True)
+    check.in_range("target_return", -1e12, 1e12, allow_none=True)
     check.positive("log_interval_s", integer=False)
     check.positive("max_nonfinite_updates")
     check.positive("actor_timeout_s", integer=False)

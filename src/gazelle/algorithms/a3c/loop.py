@@ -220,13 +220,14 @@ class _Snapshot:
 def _loop(
     run: _Run, watch: UpdateWatch, on_progress: Callable[[dict[str, Any]], None] | None
 ) -> None:
-    """Until the budget or `--max-seconds`: the workers' events to the logs, the fleet
-    supervised and checked, periodic checkpoints."""
+    """Until the budget, `--max-seconds` or `--target-return`: the workers' events to the
+    logs, the fleet supervised and checked, periodic checkpoints."""
     config, fleet = run.config, run.fleet
     total = int(config.run.total_frames or 0)
     deadline = run.start_time + (config.run.max_seconds or float("inf"))
     last_log = last_ckpt = last_check = time.monotonic()
-    while run.frames < total and time.monotonic() < deadline:
+    target = config.run.target_return
+    while run.frames < total and time.monotonic() < deadline and not run.logger.reached(target):
         time.sleep(POLL_S)
         now = time.monotonic()
         # why: poll replaces dead and hung (silent for --actor-timeout-s) workers; check

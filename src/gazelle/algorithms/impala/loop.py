@@ -212,7 +212,12 @@ def _loop(
     inference_seen = {"batches": 0.0, "rows": 0.0}
     deadline = state.start_time + (cfg.run.max_seconds or float("inf"))
     last_log = last_ckpt = time.monotonic()
-    while state.frames < run.total_frames and time.monotonic() < deadline:
+    target = cfg.run.target_return
+    while (
+        state.frames < run.total_frames
+        and time.monotonic() < deadline
+        and not logger.reached(target)
+    ):
         t0 = time.perf_counter()
         batch = _next_batch(prefetcher, run)
         t1 = time.perf_counter()
