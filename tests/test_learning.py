@@ -58,7 +58,8 @@ def test_memory_task_is_not_solved_without_the_lstm(tmp_path):
 
 
 def test_instruction_task_is_solved_with_the_encoder(tmp_path):
-    result = run(tmp_path, env="gazelle/Instruction-v0", total_frames=60_000)
+    # Within 60K frames; the run stops once solved (`target_return`).
+    result = run(tmp_path, env="gazelle/Instruction-v0", total_frames=60_000, target_return=0.9)
     assert result.recent_return is not None and result.recent_return >= 0.9, result
 
 
@@ -134,6 +135,9 @@ def test_a3c_cartpole_learns(tmp_path):
 
 def test_a3c_memory_task_is_solved_with_several_workers(tmp_path):
     """Two workers share the global network; the cue comes 1-30 steps before the answer,
-    so the LSTM state must be carried across the 20-step partial rollouts."""
-    result = run_a3c(tmp_path, env="gazelle/Memory-v0", num_actors=2, total_frames=150_000)
+    so the LSTM state must be carried across the 20-step partial rollouts. Within 150K
+    frames; the run stops once solved (`target_return`)."""
+    result = run_a3c(
+        tmp_path, env="gazelle/Memory-v0", num_actors=2, total_frames=150_000, target_return=0.9
+    )
     assert result.recent_return is not None and result.recent_return >= 0.9, result
