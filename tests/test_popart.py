@@ -100,7 +100,7 @@ def test_the_loss_in_sigma_units_is_the_plain_loss_scaled():
     _, same = impala_loss(agent, batch, popart)
     assert same["losses/total"].item() == pytest.approx(plain["losses/total"].item(), rel=1e-6)
     # Change sigma and mu but keep the outputs: the targets and values stay in reward units.
-    agent.baseline.count.fill_(0)
+    agent.baseline.count.fill_(1)  # past the first step (which does not keep the outputs)
     agent.baseline.update(10 * torch.randn(50) + 3, rate=1.0)
     agent.baseline.count.fill_(1e12)
     s = agent.baseline.sigma.item()
@@ -137,6 +137,7 @@ def test_appo_loss_in_sigma_units_is_the_plain_loss_scaled():
     impala = LossSettings(0.99, 0.5, 0.01, "none", popart=True, popart_rate=1e-12)
     popart = AppoSettings(impala, 0.2, normalize_advantages=False)
     _, want = appo_loss(agent, batch, plain)
+    agent.baseline.count.fill_(1)  # past the first step (which does not keep the outputs)
     agent.baseline.update(8 * torch.randn(50), rate=1.0)
     agent.baseline.count.fill_(1e12)
     s = agent.baseline.sigma.item()
@@ -165,10 +166,11 @@ def test_the_learner_moves_the_statistics_after_each_step_and_not_after_a_skippe
                       torch.device("cpu"), after_step=loss.after_step)  # fmt: skip
     frame = {"frame": batch["frame"]}
     done = batch["terminated"] | batch["truncated"]
+    agent.baseline.count.fill_(1)  # past the first step (which does not keep the outputs)
     before, _ = agent.unroll(frame, batch["action"], batch["reward"], done, ())
     metrics = learner.step(batch, learning_rate=0.0)  # no weight step: only PopArt's rescale
     (vs,) = kept
-    assert agent.baseline.mu.item() == pytest.approx(vs.mean().item(), rel=1e-5)  # step 1/1
+    assert agent.baseline.mu.item() == pytest.approx(vs.mean().item() / 2, rel=1e-5)  # 1/2
     # The loss ran with the statistics the step then took.
     assert metrics["popart/sigma"].item() == pytest.approx(agent.baseline.sigma.item(), rel=1e-6)
     assert agent.baseline.sigma.item() > 3
@@ -183,6 +185,7 @@ def test_the_learner_moves_the_statistics_after_each_step_and_not_after_a_skippe
 def test_the_statistics_reach_actors_and_checkpoints_and_old_checkpoints_load(tmp_path):
     torch.manual_seed(3)
     agent = Agent(SPEC, torso="mlp", use_lstm=False)
+    agent.baseline.count.fill_(1)
     agent.baseline.update(30 * torch.randn(40) + 7, rate=1.0)
     x = torch.randn(1, 2, D)
     args = (

@@ -121,6 +121,7 @@ def test_each_unroll_is_scaled_by_its_own_levels_sigma():
     agent = two_level_twin(plain_agent)
     # Different spreads per level, outputs kept (the targets stay in reward units), then a
     # history this batch cannot move (a tiny rate).
+    agent.baseline.count.fill_(1)  # past the first step (which does not keep the outputs)
     agent.baseline.update(torch.randn(40, 2) * torch.tensor([4.0, 25.0]), 1.0, torch.arange(2))
     agent.baseline.count.fill_(1e12)
     sigma = agent.baseline.sigma.tolist()
@@ -207,3 +208,28 @@ def test_the_ray_inference_host_reads_each_requests_level():
     low, _ = host.infer({**request, "level": np.zeros(2, np.int64)}, 2)
     high, _ = host.infer({**request, "level": np.ones(2, np.int64)}, 2)
     np.testing.assert_allclose(np.asarray(high["baseline"]) - low["baseline"], 9.0, rtol=1e-5)
+
+
+def test_a_levels_first_step_starts_its_value_at_the_mean_return():
+    """A level's first step sets its statistics and leaves w and b: v(x) = sigma n(x) + mu with
+    n(x) unchanged, so a fresh head (n ~ 0) starts at the mean return, not at 0. From its
+    second step on, the level's outputs are kept; a level's first step does not touch others."""
+    torch.manual_seed(6)
+    head = ValueHead(5, num_levels=2)
+    x = torch.randn(32, 5)
+    zeros, ones = torch.zeros(32, dtype=torch.long), torch.ones(32, dtype=torch.long)
+    n0, n1 = head.normalized(x, zeros).detach(), head.normalized(x, ones).detach()
+    weight, bias = head.weight.clone(), head.bias.clone()
+    targets = -150.0 + 40.0 * torch.randn(9, 2)
+    head.update(targets, 0.01, torch.tensor([0, 0]))  # level 0 only
+    assert torch.equal(head.weight, weight) and torch.equal(head.bias, bias)
+    assert head.mu[0].item() == pytest.approx(targets.mean().item(), rel=1e-5)
+    assert head.sigma[0].item() == pytest.approx(targets.std(unbiased=False).item(), rel=1e-4)
+    torch.testing.assert_close(head(x, zeros), head.sigma[0] * n0 + head.mu[0])
+    assert head.count.tolist() == [1.0, 0.0]
+    kept = head(x, zeros).detach()
+    more = torch.cat([-100.0 + 10.0 * torch.randn(9, 1), 500.0 + 80.0 * torch.randn(9, 1)], 1)
+    head.update(more, 0.01, torch.tensor([0, 1]))  # level 0's second, level 1's first
+    torch.testing.assert_close(head(x, zeros), kept, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(head(x, ones), head.sigma[1] * n1 + head.mu[1])
+    assert head.mu[1].item() == pytest.approx(more[:, 1].mean().item(), rel=1e-5)

@@ -99,10 +99,10 @@ IMPALA_PRESETS["gazelle"]["vector"].update(use_lstm=False)
 #: training VizdoomBasic-v1). PopArt with unclipped rewards (docs/results.md, "ViZDoom"):
 #: with clipped rewards the scenarios paid every step had returns beyond the value head's
 #: reach and the policy collapsed (HealthGathering ~300, below random); PopArt learns them
-#: in units of their spread and keeps the death penalty's size (HealthGathering 1,197 and
-#: 1,081 at 800K frames, seeds 1-2) and DefendCenter is no worse (4.3 and 4.2);
-#: Basic still collapses early with it (entropy 0.01-0.02 within ~20 updates; seed 2 recovered,
-#: -140 at 760K), as without it (docs/results.md).
+#: in units of their spread and keeps the death penalty's size (HealthGathering 1,771 and
+#: 1,785 at 800K frames, seeds 1-2, with the value started at the mean return) and
+#: DefendCenter is no worse (4.0 and 4.5); Basic no longer collapses but is not learned
+#: (-157 and -139; random -190) (docs/results.md).
 IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     envs_per_actor=8, batch_size=8, unroll_length=32, optimizer="adam", learning_rate=0.0006,
     epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True, popart=True,

@@ -123,14 +123,21 @@ class ValueHead(nn.Linear):
         its output v_l(x) is unchanged for every x."""
         old_mu, old_sigma = self.mu.clone(), self.sigma
         mu, nu, count = self.moments_with(targets, rate, level)
+        first = (self.count == 0) & (count > 0)
         self.mu.copy_(mu)
         self.nu.copy_(nu)
         self.count.copy_(count)
         new_sigma = self.sigma
         # why: v = sigma n + mu must not move for any x, per level (row) l:
         # w_l' = w_l sigma_l / sigma_l', b_l' = (sigma_l b_l + mu_l - mu_l') / sigma_l'.
-        self.weight.mul_((old_sigma / new_sigma).unsqueeze(-1))
-        self.bias.copy_((old_sigma * self.bias + old_mu - self.mu) / new_sigma)
+        # Except at a level's first step: there w and b stay, so v(x) moves from ~0 (a fresh
+        # head's n(x) is ~0) to ~mu, the mean return. Preserving v = 0 would leave every
+        # advantage biased by -mu / sigma until the gradient moved the head that far
+        # (~1 sigma on VizdoomBasic, docs/results.md).
+        scale = torch.where(first, 1.0, old_sigma / new_sigma)
+        bias = torch.where(first, self.bias, (old_sigma * self.bias + old_mu - self.mu) / new_sigma)
+        self.weight.mul_(scale.unsqueeze(-1))
+        self.bias.copy_(bias)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # why: checkpoints written before the head had statistics hold only weight and bias;
