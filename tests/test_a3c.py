@@ -242,7 +242,7 @@ def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
     want, _ = a3c_loss(agent, {**batch, "reward": batch["reward"] * 0.25}, LOSS)
     unscaled, _ = a3c_loss(agent, batch, LOSS)
     torch.testing.assert_close(got, want)
-    assert abs(float(got) - float(unscaled)) > 1e-3
+    assert abs(got.item() - unscaled.item()) > 1e-3
     probe = EnvProbe(["CartPole-v1"], SPEC, 1, "gym")
     config = resolve(Config.of(algo="a3c", reward_scale=0.5), probe)
     assert trainer_settings(config, 1).loss.reward_scale == 0.5  # the flag reaches the loss

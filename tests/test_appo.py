@@ -190,6 +190,6 @@ def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
     want, _ = impala_loss(agent, by_hand, LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0))
     unscaled, _ = impala_loss(agent, batch, LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0))
     torch.testing.assert_close(got, want)
-    assert abs(float(got) - float(unscaled)) > 1e-3
+    assert abs(got.item() - unscaled.item()) > 1e-3
     with pytest.raises(ConfigError, match=r"--reward-scale: invalid value 0"):
         validate(Config.of(env="CartPole-v1", reward_scale=0))
