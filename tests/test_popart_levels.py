@@ -4,6 +4,7 @@ in its own level's sigma; actors (local and central inference) and test mode pic
 level's value."""
 
 import copy
+import functools
 import threading
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from gazelle.algorithms.appo.loss import AppoSettings, appo_loss
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.backends.local.inference import (
     InferenceChannels,
@@ -111,9 +113,20 @@ def split(batch: dict[str, torch.Tensor], unrolls: list[int]) -> dict[str, torch
     return {k: v[index] if k in per_unroll else v[:, index] for k, v in batch.items()}
 
 
-def test_each_unroll_is_scaled_by_its_own_levels_sigma():
+def appo(settings: LossSettings) -> functools.partial:
+    """APPO's loss with IMPALA's `settings` (no advantage normalisation: its ViZDoom preset)."""
+    return functools.partial(appo_loss, settings=AppoSettings(settings, 0.2, False))
+
+
+def impala(settings: LossSettings) -> functools.partial:
+    return functools.partial(impala_loss, settings=settings)
+
+
+@pytest.mark.parametrize("make_loss", [impala, appo])
+def test_each_unroll_is_scaled_by_its_own_levels_sigma(make_loss):
     """The baseline term of a level-l unroll is the plain one / sigma_l^2, its policy term the
-    plain one / sigma_l: the sum over unrolls of the two levels' plain terms, scaled."""
+    plain one / sigma_l: the sum over unrolls of the two levels' plain terms, scaled (both
+    losses sum over steps; on this on-policy batch APPO's clip does not bind)."""
     torch.manual_seed(3)
     plain_agent = Agent(SPEC, torso="mlp", use_lstm=True)
     batch, _ = make_batch(plain_agent, terminated_at=[(2, 0)])
@@ -127,9 +140,9 @@ def test_each_unroll_is_scaled_by_its_own_levels_sigma():
     sigma = agent.baseline.sigma.tolist()
     assert sigma[0] == pytest.approx(4.0, rel=0.3) and sigma[1] == pytest.approx(25.0, rel=0.3)
     popart = LossSettings(0.99, 0.5, 0.01, "none", popart=True, popart_rate=1e-12)
-    _, got = impala_loss(agent, batch, popart)
+    _, got = make_loss(popart)(agent, batch)
     parts = {
-        lv: impala_loss(plain_agent, split(batch, u), SETTINGS)[1]
+        lv: make_loss(SETTINGS)(plain_agent, split(batch, u))[1]
         for lv, u in ((0, [1]), (1, [0, 2]))
     }
     for name, power in (("losses/baseline", 2), ("losses/policy", 1)):
