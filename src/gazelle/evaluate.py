@@ -41,8 +41,7 @@ def run_episodes(
     """Returns of `episodes` whole games of `env` (one env, batch of 1); `recorder` gets the
     colour frame after every reset and step. `level`: the env's level id in the run (picks
     the value output of an agent with one per level; the actions do not depend on it)."""
-    # why: only the value head reads the level, and only when it has several.
-    levels = torch.tensor([level]) if getattr(agent, "num_levels", 1) > 1 else None
+    levels = torch.tensor([level])  # only the value head reads it (one of several levels')
     returns: list[float] = []
     obs, _ = env.reset(seed=seed)
     if recorder is not None:

@@ -58,13 +58,14 @@ class ValueHead(nn.Linear):
         return sigma_from(self.mu, self.nu)
 
     def _pick(self, values: torch.Tensor, level: torch.Tensor | None) -> torch.Tensor:
-        """`values` `[..., L]` -> `[..., 1]`: each row's column `level` (int, `[...]`)."""
-        if level is None:
-            if self.num_levels != 1:
-                raise ValueError(
-                    f"this value head has {self.num_levels} levels; pass each row's level id"
-                )
+        """`values` `[..., L]` -> `[..., 1]`: each row's column `level` (int, `[...]`); a
+        one-level head has one column and ignores `level`."""
+        if self.num_levels == 1:
             return values
+        if level is None:
+            raise ValueError(
+                f"this value head has {self.num_levels} levels; pass each row's level id"
+            )
         index = level.to(device=values.device, dtype=torch.long).expand(values.shape[:-1])
         return values.gather(-1, index.unsqueeze(-1))
 

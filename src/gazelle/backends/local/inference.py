@@ -270,10 +270,10 @@ class InferenceServer:
         self.params_version = self.params.pull(self.agent, self.params_version)
         obs = {k: inputs[k] for k in channels.obs_names}
         state = (inputs["state_h"], inputs["state_c"]) if channels.has_state else ()
-        level = inputs["level"] if getattr(self.agent, "num_levels", 1) > 1 else None
         out, new_state = self.agent.step(
-            obs, inputs["last_action"], inputs["reward"], inputs["done"], state, level=level
-        )
+            obs, inputs["last_action"], inputs["reward"], inputs["done"], state,
+            level=inputs["level"],
+        )  # fmt: skip
         results = {"action": out.action, "policy_logits": out.policy_logits}
         results["baseline"] = out.baseline
         if new_state:

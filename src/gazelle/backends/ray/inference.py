@@ -147,10 +147,10 @@ class InferenceHost:
         # why: a request holds the observation's fields and these inputs of the agent's step.
         obs = {k: v for k, v in inputs.items() if k not in _STEP_INPUTS}
         state = (inputs["state_h"], inputs["state_c"]) if "state_h" in inputs else ()
-        level = inputs.get("level") if getattr(self.agent, "num_levels", 1) > 1 else None
         out, new_state = self.agent.step(
-            obs, inputs["last_action"], inputs["reward"], inputs["done"], state, level=level
-        )
+            obs, inputs["last_action"], inputs["reward"], inputs["done"], state,
+            level=inputs.get("level"),
+        )  # fmt: skip
         results = {"action": out.action, "policy_logits": out.policy_logits.float()}
         results["baseline"] = out.baseline.float()
         if new_state:
