@@ -60,7 +60,7 @@ def test_memory_task_is_not_solved_without_the_lstm(tmp_path):
 def test_instruction_task_is_solved_with_the_encoder(tmp_path):
     # Within 60K frames; the run stops once solved (`target_return`).
     result = run(tmp_path, env="gazelle/Instruction-v0", total_frames=60_000, target_return=0.9)
-    assert result.recent_return is not None and result.recent_return >= 0.9, result
+    assert result.target_reached_at is not None, result  # a full window's mean of 0.9
 
 
 def test_instruction_task_is_not_solved_without_the_encoder(tmp_path):
@@ -112,7 +112,7 @@ def test_pixel_catch_is_learned_from_a_small_ball_with_the_atari_defaults(tmp_pa
     frames (docs/results.md). The run stops once the mean reaches 0.5 (`target_return`)."""
     config = {**atari_defaults(), "envs_per_actor": 16, "target_return": 0.5}
     result = run(tmp_path, env="gazelle/Catch-v0", model="shallow", total_frames=250_000, **config)
-    assert result.recent_return is not None and result.recent_return >= 0.5, result
+    assert result.target_reached_at is not None, result  # a full window's mean of 0.5
 
 
 # A3C: the vector preset (2 workers x 4 envs, Adam 5e-4 decayed linearly, the seed's loss).
@@ -130,7 +130,7 @@ def test_a3c_cartpole_learns(tmp_path):
     496-500 at 1.5M (seeds 1, 2); with the seed's clip at 40 (the preset before): 374-399 at
     1M, 426-460 at 1.5M (docs/results.md). A 600K budget is too short: 305 at its end."""
     result = run_a3c(tmp_path, env="CartPole-v1", total_frames=1_000_000, target_return=450.0)
-    assert result.recent_return is not None and result.recent_return >= 450, result
+    assert result.target_reached_at is not None, result  # a full window's mean of 450
 
 
 def test_a3c_memory_task_is_solved_with_several_workers(tmp_path):
@@ -140,4 +140,6 @@ def test_a3c_memory_task_is_solved_with_several_workers(tmp_path):
     result = run_a3c(
         tmp_path, env="gazelle/Memory-v0", num_actors=2, total_frames=150_000, target_return=0.9
     )
-    assert result.recent_return is not None and result.recent_return >= 0.9, result
+    # why: not `recent_return`, which also counts the episodes that end while the workers stop
+    # (it read 0.88 once after the window had reached 0.9).
+    assert result.target_reached_at is not None, result

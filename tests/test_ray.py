@@ -326,7 +326,7 @@ def test_impala_on_ray_learns_cartpole_to_450(cluster, tmp_path):
     )  # fmt: skip
     start = time.monotonic()
     result = train(config)
-    assert result.recent_return is not None and result.recent_return >= 450, (
+    assert result.target_reached_at is not None, (  # a full window's mean of 450
         result,
         time.monotonic() - start,
     )

@@ -126,9 +126,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"done: {result.frames:,} frames, {result.updates} updates, {result.episodes} "
         f"episodes, recent mean return {ret}, {result.fps:,.0f} frames/s"
     )
-    target = config.run.target_return
-    if target is not None and result.recent_return is not None and result.recent_return >= target:
-        print(f"stopped at --target-return {target:g}: reached at {result.frames:,} frames")
+    if result.target_reached_at is not None:
+        print(
+            f"stopped at --target-return {config.run.target_return:g}: reached at "
+            f"{result.target_reached_at:,} frames"
+        )
     print(NEXT_STEPS.format(logdir=result.logdir))
     return 0
 

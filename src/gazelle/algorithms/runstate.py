@@ -34,6 +34,9 @@ class TrainResult:
     interrupted: bool = False
     actor_restarts: int = 0
     dropped_unrolls: int = 0
+    #: the frame count at which `--target-return` was reached (the loop's stop); None when it
+    #: was not. `recent_return` may be lower: episodes that end while the run stops count too.
+    target_reached_at: int | None = None
 
 
 class StateHolder(Protocol):

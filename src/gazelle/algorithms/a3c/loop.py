@@ -122,11 +122,11 @@ def train(
     telemetry.episodes = episodes
     run = _Run(config, agent, server, fleet, logger, telemetry, timings, found.levels)
     watch = UpdateWatch(config, decay_frames)
-    interrupted = False
+    interrupted, reached_at = False, None
     fleet.start()
     try:
         with interruptible(), stop_on_os_error():
-            _loop(run, watch, on_progress)
+            reached_at = _loop(run, watch, on_progress)
     except KeyboardInterrupt:
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
@@ -158,6 +158,7 @@ def train(
         logdir=logdir,
         interrupted=interrupted,
         actor_restarts=sum(fleet.restarts),
+        target_reached_at=reached_at,
     )
 
 
@@ -219,9 +220,10 @@ class _Snapshot:
 
 def _loop(
     run: _Run, watch: UpdateWatch, on_progress: Callable[[dict[str, Any]], None] | None
-) -> None:
+) -> int | None:
     """Until the budget, `--max-seconds` or `--target-return`: the workers' events to the
-    logs, the fleet supervised and checked, periodic checkpoints."""
+    logs, the fleet supervised and checked, periodic checkpoints. Returns the frame count at
+    which the target return was reached, or None."""
     config, fleet = run.config, run.fleet
     total = int(config.run.total_frames or 0)
     deadline = run.start_time + (config.run.max_seconds or float("inf"))
@@ -248,6 +250,7 @@ def _loop(
         if now - last_ckpt >= config.run.checkpoint_interval_s:
             run.save()
             last_ckpt = now
+    return run.frames if run.logger.reached(target) else None
 
 
 def _workers(

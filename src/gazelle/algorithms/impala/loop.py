@@ -134,10 +134,10 @@ def train(
         run.device,
     )
     state = _LoopState(counters["frames"], counters["updates"])
-    interrupted = False
+    interrupted, reached_at = False, None
     try:
         with interruptible(), stop_on_os_error():
-            _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
+            reached_at = _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
     except KeyboardInterrupt:
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
@@ -177,6 +177,7 @@ def train(
         interrupted=interrupted,
         actor_restarts=sum(transport.fleet.restarts),
         dropped_unrolls=transport.fleet.dropped_slots + state.stale_unrolls,
+        target_reached_at=reached_at,
     )
 
 
@@ -204,7 +205,8 @@ def _loop(
     timings: Timings,
     telemetry: Telemetry,
     on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
+) -> int | None:
+    """Returns the frame count at which `--target-return` was reached, or None."""
     cfg, transport = run.config, run.transport
     frames_per_unroll = run.unroll_length * run.action_repeats
     ckpt_path = Path(cfg.run.logdir) / CHECKPOINT_FILE
@@ -269,6 +271,7 @@ def _loop(
                 logger.returns_state(),
             )
             last_ckpt = now
+    return state.frames if logger.reached(target) else None
 
 
 def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tensor]:
