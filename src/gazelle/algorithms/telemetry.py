@@ -89,6 +89,10 @@ class Telemetry:
                 windows = self._stats.setdefault(level, {})
                 window = windows.setdefault(name, collections.deque(maxlen=RETURN_WINDOW))
                 window.append(float(value))
+        if "timing" not in event:
+            # why: the rest of an unroll too big for one message (the local backend splits
+            # its episodes; the timings and counts came once, with the first part).
+            return
         for stage, seconds in zip(ACTOR_STAGES, event["timing"]):
             self.timings.add(f"actor_{stage}_per_step", seconds)
         counts = np.asarray(event["action_counts"], dtype=np.int64)
