@@ -185,6 +185,35 @@ def test_the_joint_action_set_presses_the_same_button_in_every_scenario():
 MULTI = "VizdoomBasic-v1,VizdoomPredictPosition-v1"  # 300-tic scenarios, other buttons
 
 
+def test_a_command_that_names_no_algorithm_trains_doom_with_appo():
+    """`--algo` unset: APPO when every level is a ViZDoom scenario (IMPALA's loss did not
+    learn Basic, docs/results.md), IMPALA for any other spec; a given --algo wins."""
+    from gazelle.cli import build_parser, config_from_args
+
+    def algo_of(*argv: str) -> str:
+        return config_from_args(build_parser().parse_args(["train", *argv])).algo
+
+    assert algo_of("--env", BASIC) == "appo"
+    assert algo_of("--env", "doom6") == "appo"
+    assert algo_of("--env", MULTI) == "appo"
+    assert algo_of("--env", f"{BASIC},CartPole-v1") == "impala"
+    assert algo_of("--env", "CartPole-v1") == "impala"
+    assert algo_of() == "impala"
+    assert algo_of("--env", BASIC, "--algo", "impala") == "impala"
+    assert algo_of("--env", BASIC, "--algo", "a3c") == "a3c"
+
+
+def test_the_python_api_given_settings_without_an_algorithm_trains_doom_with_appo(tmp_path):
+    """`gazelle.train({...})` chooses as the command does; a `Config` keeps its algo."""
+    import gazelle
+
+    settings = dict(env=BASIC, total_frames=1_000, num_actors=1, envs_per_actor=2,
+                    batch_size=2, unroll_length=8, quiet=True)  # fmt: skip
+    result = gazelle.train(settings, logdir=str(tmp_path / "mapping"))
+    assert json.loads((result.logdir / "config.json").read_text())["algo"] == "appo"
+    assert Config.of(**settings).algo == "impala"
+
+
 @pytest.fixture(scope="module")
 def multi_run(tmp_path_factory):
     """A short multi-task run of two scenarios with different buttons (its logdir)."""

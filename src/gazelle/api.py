@@ -19,6 +19,7 @@ from typing import Any
 
 from gazelle.algorithms.runstate import TrainResult
 from gazelle.config import Config, ConfigError
+from gazelle.config.presets import default_algo
 from gazelle.runtime.learner import LossFn
 
 
@@ -47,7 +48,9 @@ def train(
 
     Args:
         config: a `gazelle.Config`, a mapping of flat names (`{"env": "CartPole-v1"}`, the
-            names of `gazelle train --help` with underscores), or None for the defaults.
+            names of `gazelle train --help` with underscores), or None for the defaults. A
+            mapping without "algo" gets `gazelle train`'s choice (appo for ViZDoom ids,
+            impala otherwise); a Config's `algo` is impala unless set.
         on_progress: called with each progress row (the dict written to progress.jsonl) at
             every `log_interval_s`.
         loss_fn: `(agent, batch) -> (loss, metrics)`, replacing IMPALA's V-trace loss (the
@@ -69,7 +72,12 @@ def train(
     if config is None:
         config = Config()
     elif isinstance(config, Mapping):
-        config = Config.from_flat(config)
+        # why: as `gazelle train` without --algo: a mapping that names no algorithm gets the
+        # env family's (APPO for ViZDoom); a Config's algo is always set (impala unless given).
+        values = {**config, **overrides}
+        if "algo" not in values:
+            values["algo"] = default_algo(str(values.get("env") or Config().env.id))
+        config, overrides = Config.from_flat(values), {}
     elif not isinstance(config, Config):
         raise TypeError(
             f"config {config!r}: not a gazelle config; allowed: gazelle.Config (e.g. "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gazelle.config import Config, ConfigError, all_fields
+from gazelle.config.presets import default_algo
 
 NEXT_STEPS = """\
 Next:
@@ -74,7 +75,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--algo",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: impala)",
+        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: appo for ViZDoom ids, "
+        "impala otherwise)",
     )
     for name, flat in all_fields().items():
         flag = "--" + name.replace("_", "-")
@@ -106,12 +108,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
     values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
-    algo = getattr(args, "algo", "impala")
+    env = str(values.get("env") or Config().env.id)
+    algo = getattr(args, "algo", None) or default_algo(env)
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, " | ".join(ALGORITHMS))
     if "logdir" not in values:
-        env = str(values.get("env") or Config().env.id).replace("/", "_").replace(",", "+")
-        values["logdir"] = f"runs/{env[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
+        name = env.replace("/", "_").replace(",", "+")
+        values["logdir"] = f"runs/{name[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Config.from_flat({"algo": algo, **values})
 
 

@@ -101,8 +101,9 @@ IMPALA_PRESETS["gazelle"]["vector"].update(use_lstm=False)
 #: reach and the policy collapsed (HealthGathering ~300, below random); PopArt learns them
 #: in units of their spread and keeps the death penalty's size (HealthGathering 1,771 and
 #: 1,785 at 800K frames, seeds 1-2, with the value started at the mean return) and
-#: DefendCenter is no worse (4.0 and 4.5); Basic no longer collapses but is not learned
-#: (-157 and -139; random -190) (docs/results.md).
+#: DefendCenter is no worse (4.0 and 4.5); Basic no longer collapses but IMPALA's loss does
+#: not learn it (-157 and -139; random -190), APPO's does (`FAMILY_ALGOS`: APPO is the
+#: family's default algorithm; docs/results.md).
 IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     envs_per_actor=8, batch_size=8, unroll_length=32, optimizer="adam", learning_rate=0.0006,
     epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True, popart=True,
@@ -179,6 +180,29 @@ A3C_PRESETS["gazelle"]["vector"].update(
     envs_per_actor=4, learning_rate=5e-4, learning_rate_decay=True, grad_norm_clip=math.inf
 )
 A3C_PRESET_NAMES = tuple(A3C_PRESETS)
+
+
+#: The algorithm of a run that names none (`--algo` unset), per env family: APPO on ViZDoom,
+#: IMPALA elsewhere. On VizdoomBasic-v1 IMPALA's loss stayed at random play's level (-123 to
+#: -180 at 800K frames over 9 probes: 2 seeds, LSTM or not, lr 3e-4, lambda 0.95, entropy
+#: 0.03, B=4 x T=16, rewards scaled instead of PopArt) while APPO's two epochs x two
+#: minibatches learned it (+21 and +41, seeds 1-2); APPO with one pass over each batch did
+#: not (-135), so it is the reuse of each batch. HealthGathering and DefendCenter learned
+#: as fast either way (docs/results.md, "ViZDoom: Basic learned by APPO").
+FAMILY_ALGOS = {"vizdoom": "appo"}
+
+
+def default_algo(env: str) -> str:
+    """`--algo` left unset: the family's algorithm (`FAMILY_ALGOS`) when every level of the
+    `env` spec is of that family, else impala. A spec that does not resolve gets impala here;
+    the run's own checks then name what is wrong with it."""
+    from gazelle.envs import registry
+
+    try:
+        kinds = {registry.resolve(level).kind for level in registry.expand_levels(env)}
+    except (ValueError, ImportError):
+        return "impala"
+    return FAMILY_ALGOS.get(kinds.pop(), "impala") if len(kinds) == 1 else "impala"
 
 
 def env_family(env: EnvProbe) -> str:
