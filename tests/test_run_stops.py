@@ -150,6 +150,19 @@ def test_a_run_stops_once_its_100_episode_mean_reaches_the_target_return(tmp_pat
     assert len(returns) >= 100 and np.mean(returns[-100:]) >= 12
 
 
+@pytest.mark.parametrize("algo", ["impala", "a3c"])
+def test_a_target_return_not_reached_runs_the_whole_budget_and_says_so(tmp_path, algo):
+    """A CartPole return of 1,000 cannot be reached (episodes end at 500): the run goes to
+    its frame budget and reports no frame count for the target."""
+    import gazelle
+
+    result = gazelle.train(
+        {"algo": algo, "env": "CartPole-v1", "num_actors": 2, "envs_per_actor": 4,
+         "total_frames": 3_000, "target_return": 1_000.0, "logdir": str(tmp_path)},
+    )  # fmt: skip
+    assert result.frames >= 3_000 and result.target_reached_at is None, result
+
+
 def test_the_target_return_needs_a_full_window(tmp_path):
     from gazelle.logging import RETURN_WINDOW, RunLogger
 
