@@ -187,8 +187,9 @@ A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 #: -180 at 800K frames over 9 probes: 2 seeds, LSTM or not, lr 3e-4, lambda 0.95, entropy
 #: 0.03, B=4 x T=16, rewards scaled instead of PopArt) while APPO's two epochs x two
 #: minibatches learned it (+21 and +41, seeds 1-2); APPO with one pass over each batch did
-#: not (-135), so it is the reuse of each batch. HealthGathering and DefendCenter learned
-#: as fast either way (docs/results.md, "ViZDoom: Basic learned by APPO").
+#: not (-135), so it is the reuse of each batch. DefendCenter learned as fast either way
+#: (4.1 against 4.0 and 4.5); HealthGathering ~10% slower per frame (1,699 and 1,501 against
+#: 1,771 and 1,785) (docs/results.md, "Basic: learned by APPO's passes over each batch").
 FAMILY_ALGOS = {"vizdoom": "appo"}
 
 
