@@ -39,8 +39,29 @@ def test_an_unroll_too_big_for_one_message_reaches_the_logs_whole(tmp_path):
     metrics = telemetry.level_metrics()
     assert metrics[f"episode_kills/{LEVEL}"] == 1.0
     assert metrics[f"episode_died/{LEVEL}"] == pytest.approx(0.5)
+    assert metrics[f"frames/{LEVEL}"] == (5 + 6 + 7 + 8) * 4  # counted once, not per part
     counts = telemetry.take_action_counts()
     assert counts is not None and counts.tolist() == [5, 6, 7, 8]
     means = timings.means()
     assert means["timing/actor_inference_per_step"] == pytest.approx(timing[0])
+    logger.close()
+
+
+def test_a_multi_task_run_logs_the_frames_acted_on_each_level(tmp_path):
+    """`frames/<level>`: each unroll's agent steps (its action counts' sum) times the frames
+    per step, added to its own level only; a multi-task report compares each level against
+    a single-task run at the same frames."""
+    levels = ["VizdoomBasic-v1", "VizdoomDefendCenter-v1"]
+    logger = RunLogger(tmp_path, console=False, tensorboard=False)
+    telemetry = Telemetry(logger, Timings(), levels, frame_scale=4)
+    timing = (0.001, 0.002, 0.0005)
+
+    def unroll(level_id: int, counts: list[int]) -> dict:
+        return {"type": "unroll", "actor": level_id, "level_id": level_id, "episodes": [],
+                "timing": timing, "action_counts": counts}  # fmt: skip
+
+    telemetry.consume([unroll(0, [100, 28]), unroll(1, [64, 64]), unroll(0, [0, 128])], 0)
+    metrics = telemetry.level_metrics()
+    assert metrics["frames/VizdoomBasic-v1"] == 2 * 128 * 4
+    assert metrics["frames/VizdoomDefendCenter-v1"] == 128 * 4
     logger.close()

@@ -2,7 +2,7 @@
 
 Actors report one "unroll" event per unroll (episodes that ended, seconds per step in each
 stage, action counts) and fault events (restarts, crashes, env errors). `Telemetry` turns
-them into logged episodes, per-level episode counts and episode statistics
+them into logged episodes, per-level episode and frame counts and episode statistics
 (`level_metrics`), `timing/actor_*` means and the action histogram, and prints the faults;
 none of it depends on what happened to the unroll itself (used, dropped as stale).
 """
@@ -32,14 +32,19 @@ class Telemetry:
         self.hung = 0
         #: Games ended per level since this run (or its resume) started.
         self.level_episodes: collections.Counter[str] = collections.Counter()
+        #: Env frames acted per level since this run (or its resume) started.
+        self.level_frames: collections.Counter[str] = collections.Counter()
         #: level -> statistic -> its values in the last `RETURN_WINDOW` games.
         self._stats: dict[str, dict[str, collections.deque[float]]] = {}
 
     def level_metrics(self) -> dict[str, float]:
-        """`episodes/<level>` (games ended since the start or resume) and, for envs that
-        report episode statistics (ViZDoom's kills, health, ...), `episode_<name>/<level>`:
-        the mean over the level's last `RETURN_WINDOW` games."""
+        """`episodes/<level>` (games ended since the start or resume), `frames/<level>`
+        (env frames acted on it since then: a multi-task run's share of each level, stale
+        unrolls included) and, for envs that report episode statistics (ViZDoom's kills,
+        health, ...), `episode_<name>/<level>`: the mean over the level's last
+        `RETURN_WINDOW` games."""
         metrics = {f"episodes/{level}": float(n) for level, n in self.level_episodes.items()}
+        metrics.update({f"frames/{level}": float(n) for level, n in self.level_frames.items()})
         for level, stats in self._stats.items():
             for name, window in stats.items():
                 metrics[f"episode_{name}/{level}"] = float(np.mean(window))
@@ -96,6 +101,8 @@ class Telemetry:
         for stage, seconds in zip(ACTOR_STAGES, event["timing"]):
             self.timings.add(f"actor_{stage}_per_step", seconds)
         counts = np.asarray(event["action_counts"], dtype=np.int64)
+        # why: one count per action taken, so their sum is the unroll's agent steps.
+        self.level_frames[level] += int(counts.sum()) * self.frame_scale
         if self.action_counts is None or len(self.action_counts) != len(counts):
             self.action_counts = counts
         else:
