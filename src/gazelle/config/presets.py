@@ -188,8 +188,9 @@ A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 #: 0.03, B=4 x T=16, rewards scaled instead of PopArt) while APPO's two epochs x two
 #: minibatches learned it (+21 and +41, seeds 1-2); APPO with one pass over each batch did
 #: not (-135), so it is the reuse of each batch. DefendCenter learned as fast either way
-#: (4.1 against 4.0 and 4.5); HealthGathering ~10% slower per frame (1,699 and 1,501 against
-#: 1,771 and 1,785) (docs/results.md, "Basic: learned by APPO's passes over each batch").
+#: (4.1 against 4.0 and 4.5); HealthGathering ~10% lower at 800K frames (1,699 and 1,501
+#: against 1,771 and 1,785) and level after 30 minutes (1,705 against 1,740); 30 minutes of
+#: DefendCenter: 21.3 against 19.0 (docs/results.md, "ViZDoom").
 FAMILY_ALGOS = {"vizdoom": "appo"}
 
 
