@@ -261,3 +261,28 @@ def test_a3c_clips_gradients_as_the_seed_on_atari_and_not_on_vector_tasks():
     assert resolve(pong, ATARI).a3c.grad_norm_clip == 40.0
     mine = Config.of(algo="a3c", env="CartPole-v1", grad_norm_clip=40.0)
     assert resolve(mine, VECTOR).a3c.grad_norm_clip == 40.0
+
+
+def test_train_with_only_a_logdir_resumes_that_run_with_its_own_settings(tmp_path):
+    """`gazelle train --logdir DIR --total-frames N` (the hint every run prints) continues the
+    run in DIR as it was, whatever its algorithm and env: flags left out take the saved
+    run's values, not the defaults (which would be another run, refused at preflight)."""
+    saved = Config.of(algo="appo", env="gazelle/Catch-v0", batch_size=4, num_actors=3,
+                      max_seconds=60.0, logdir=str(tmp_path))  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(saved.to_dict()))
+    (tmp_path / "checkpoint.pt").write_bytes(b"")  # only its presence matters here
+    parser = build_parser()
+    config = config_from_args(parser.parse_args(["train", "--logdir", str(tmp_path),
+                                                 "--total-frames", "5000"]))  # fmt: skip
+    assert (config.algo, config.env.id) == ("appo", "gazelle/Catch-v0")
+    assert (config.appo.batch_size, config.actors.num_actors) == (4, 3)
+    assert config.run.total_frames == 5000 and config.run.max_seconds == 60.0
+    # a flag given wins over the saved value
+    args = ["train", "--logdir", str(tmp_path), "--batch-size", "8"]
+    assert config_from_args(parser.parse_args(args)).appo.batch_size == 8
+    # --no-resume, or no checkpoint there: the defaults, as for a new run
+    fresh = config_from_args(parser.parse_args(["train", "--logdir", str(tmp_path), "--no-resume"]))
+    assert (fresh.algo, fresh.env.id) == ("impala", Config().env.id)
+    (tmp_path / "checkpoint.pt").unlink()
+    new = config_from_args(parser.parse_args(["train", "--logdir", str(tmp_path)]))
+    assert (new.algo, new.env.id) == ("impala", Config().env.id)

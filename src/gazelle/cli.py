@@ -101,13 +101,37 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             )
 
 
+def saved_run(values: dict[str, Any]) -> Config | None:
+    """The config of the run that `--logdir` holds and this command would resume (a
+    checkpoint and a readable `config.json` there, and no `--no-resume`); else None."""
+    import json
+    from pathlib import Path
+
+    if "logdir" not in values or values.get("resume") is False:
+        return None
+    logdir = Path(str(values["logdir"]))
+    if not (logdir / "checkpoint.pt").is_file():
+        return None
+    try:
+        return Config.from_dict(json.loads((logdir / "config.json").read_text()))
+    except (OSError, ValueError, TypeError, ConfigError):
+        return None  # why: the preflight check names what is wrong with the directory
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    """The config of the flags given; a flag left out keeps the field's default."""
+    """The config of the flags given; a flag left out keeps the field's default, or, when
+    `--logdir` holds a run to resume, that run's setting (its algorithm, env, budget, ...:
+    `gazelle train --logdir DIR --total-frames N` continues any run)."""
     from gazelle.algorithms import ALGORITHMS
 
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
     values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
+    saved = saved_run(values)
+    if saved is not None and getattr(args, "algo", None) in (None, saved.algo):
+        # why: the saved settings are the resolved ones (layout, preset values), so the run
+        # continues as it was; a flag given still wins (the preflight refuses a changed env).
+        return Config.from_flat({**saved.flat(), **values})
     env = str(values.get("env") or Config().env.id)
     algo = getattr(args, "algo", None) or default_algo(env)
     if algo not in ALGORITHMS:
@@ -123,6 +147,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     print(f"gazelle train: algo={config.algo} env={config.env.id} logdir={config.run.logdir}")
+    if saved_run(config.flat()) is not None:
+        print("gazelle train: resuming the run there: its settings, but for the flags given")
     result = train(config)
     ret = "n/a" if result.recent_return is None else f"{result.recent_return:.2f}"
     print(
