@@ -107,13 +107,15 @@ def saved_run(values: dict[str, Any]) -> Config | None:
     import json
     from pathlib import Path
 
+    from gazelle.algorithms.runstate import CONFIG_FILE
+
     if "logdir" not in values or values.get("resume") is False:
         return None
     logdir = Path(str(values["logdir"]))
     if not (logdir / "checkpoint.pt").is_file():
         return None
     try:
-        return Config.from_dict(json.loads((logdir / "config.json").read_text()))
+        return Config.from_dict(json.loads((logdir / CONFIG_FILE).read_text()))
     except (OSError, ValueError, TypeError, ConfigError):
         return None  # why: the preflight check names what is wrong with the directory
 
@@ -147,8 +149,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     print(f"gazelle train: algo={config.algo} env={config.env.id} logdir={config.run.logdir}")
-    if saved_run(config.flat()) is not None:
-        print("gazelle train: resuming the run there: its settings, but for the flags given")
     result = train(config)
     ret = "n/a" if result.recent_return is None else f"{result.recent_return:.2f}"
     print(
