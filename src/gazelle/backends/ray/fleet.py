@@ -26,16 +26,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from gazelle import registrations
-from gazelle.backends.local.layout import is_state
 from gazelle.backends.local.process import RESTART_SEED_STRIDE
 from gazelle.backends.ray.health import Heartbeat
 from gazelle.backends.ray.hosts import ActorHost
 from gazelle.backends.ray.params import RayParams
 from gazelle.backends.ray.supervisor import Supervisor
+from gazelle.backends.ray.unrolls import UnrollQueue
 from gazelle.errors import RunError
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.restarts import RestartBudget
@@ -94,19 +93,19 @@ class RayFleet:
         # the supervisor's own lists, updated in place (the `Fleet` protocol's counters)
         self.restarts, self.hung = self.actors.restarts, self.actors.hung
         n = len(self.specs)
-        self.dropped_slots = 0
-        # why: one condition guards what the pump thread and the learner's thread share:
-        # the finished unrolls, each actor's outstanding count, the events, the error.
-        self._cond = threading.Condition()
-        self._ready: collections.deque[tuple[dict[str, Any], int]] = collections.deque()
-        self._held = [0] * n  # unrolls per actor outstanding or waiting for the learner
-        self._in_flight: dict[Any, int] = {}  # unroll call ref -> actor index
-        self._progress = [time.monotonic()] * n  # last unroll back (or start)
-        self._events: list[dict[str, Any]] = []
-        self._error: BaseException | None = None
+        # what the pump thread and the learner's thread share (it holds their lock)
+        self.unrolls = UnrollQueue(n, self._index_of)
+        # the pump thread's own: unroll call ref -> actor index, last unroll back (or start)
+        self._in_flight: dict[Any, int] = {}
+        self._progress = [time.monotonic()] * n
         self._stop = threading.Event()
         self._pump_thread: threading.Thread | None = None
-        self.get_s, self.unrolls_in = 0.0, 0
+        self.get_s = 0.0
+
+    @property
+    def dropped_slots(self) -> int:
+        """Env slots whose calls were lost with a replaced actor (the `Fleet` counter)."""
+        return self.unrolls.dropped_slots
 
     # ---- life cycle -------------------------------------------------------------------
     def _make(self, index: int, restarts: int) -> Any:
@@ -124,41 +123,31 @@ class RayFleet:
         self._pump_thread.daemon = True
         self._pump_thread.start()
 
-    def _add_events(self, *events: dict[str, Any] | None) -> None:
-        with self._cond:
-            self._events += [event for event in events if event is not None]
-
     def _replace(self, index: int, reason: str, **fields: Any) -> None:
         """Drop actor `index`'s calls; the supervisor kills it and schedules a new one."""
         lost = [ref for ref, i in self._in_flight.items() if i == index]
         for ref in lost:
             del self._in_flight[ref]
-        envs = self.specs[index].envs_per_actor
-        with self._cond:
-            self._held[index] -= envs * len(lost)
-            self.dropped_slots += envs * len(lost)
-        event = self.actors.replace(index, reason, dropped_slots=envs * len(lost), **fields)
-        self._add_events(event)
+        slots = self.specs[index].envs_per_actor * len(lost)
+        self.unrolls.drop(index, slots)
+        self.unrolls.add_events(self.actors.replace(index, reason, dropped_slots=slots, **fields))
 
     # ---- the pump (its own thread) ----------------------------------------------------
     def _pump_guarded(self) -> None:
         try:
             self._pump()
         except BaseException as error:  # surfaced by check() on the loop's thread
-            with self._cond:
-                self._error = error
-                self._cond.notify_all()
+            self.unrolls.fail(error)
 
     def _submit(self) -> None:
         for index, handle in enumerate(self.actors.handles):
             if handle is None:
                 continue  # backing off before its replacement starts
             envs = self.specs[index].envs_per_actor
-            while self._held[index] + envs <= envs * self.calls_per_actor:
+            while self.unrolls.has_room(index, envs, self.calls_per_actor):
                 box, version = self.params.latest()
                 ref = handle.unroll.remote(box, version)
-                with self._cond:
-                    self._held[index] += envs
+                self.unrolls.hold(index, envs)
                 if not any(i == index for i in self._in_flight.values()):
                     # why: the hang clock of an idle actor starts with its first call.
                     self._progress[index] = time.monotonic()
@@ -185,7 +174,7 @@ class RayFleet:
             for ref in ready:
                 if ref in self.actors.starting:
                     index, placed, error = self.actors.started(ref)
-                    self._add_events(placed)
+                    self.unrolls.add_events(placed)
                     if error is not None:
                         self._failed(index, error)
                     else:
@@ -197,7 +186,7 @@ class RayFleet:
     def _failed(self, index: int, error: BaseException) -> None:
         """Any Ray error on one actor's call is that actor's fault: replace it."""
         if isinstance(error, self._ray.exceptions.RayTaskError):
-            self._add_events({"type": "actor_crash", "actor": self.specs[index].actor_id,
+            self.unrolls.add_events({"type": "actor_crash", "actor": self.specs[index].actor_id,
                               "message": str(error)[-2000:]})  # fmt: skip
             self._replace(index, "unroll raised")
         else:
@@ -219,18 +208,12 @@ class RayFleet:
             return
         self.get_s += time.perf_counter() - t0
         self._progress[index] = time.monotonic()
-        envs = self.specs[index].envs_per_actor
-        with self._cond:
-            self.unrolls_in += envs
-            self._events += result["events"]
-            for j in range(envs):
-                self._ready.append((result, j))
-            self._cond.notify_all()
+        self.unrolls.put(result, self.specs[index].envs_per_actor)
 
     def _watch(self) -> None:
         """Replace actors that did not start with room to, and started ones gone silent."""
         replace, events = self.actors.not_started()
-        self._add_events(*events)
+        self.unrolls.add_events(*events)
         for index in replace:
             self._replace(index, "did not start")
         now = time.monotonic()
@@ -239,7 +222,7 @@ class RayFleet:
             silent = now - self._progress[index]
             if silent > self.actor_timeout_s:
                 self.hung[index] += 1
-                self._add_events({"type": "actor_hung", "actor": self.specs[index].actor_id,
+                self.unrolls.add_events({"type": "actor_hung", "actor": self.specs[index].actor_id,
                                   "silent_s": silent})  # fmt: skip
                 self._replace(index, "hung")
 
@@ -248,19 +231,7 @@ class RayFleet:
         self, batch_size: int, timeout: float, should_stop: Callable[[], bool] = lambda: False
     ) -> Iterator[dict[str, torch.Tensor]]:
         """Time-major batches `[T+1, B, ...]` of finished unrolls until `should_stop()`."""
-        while True:
-            deadline = time.monotonic() + timeout
-            with self._cond:
-                while len(self._ready) < batch_size:
-                    if should_stop() or self._error is not None:
-                        return
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"learner: no unroll from any actor in {timeout:.0f}s")
-                    self._cond.wait(0.1)
-                taken = [self._ready.popleft() for _ in range(batch_size)]
-                for result, _ in taken:
-                    self._held[self._index_of(result)] -= 1
-            yield _assemble(taken)
+        return self.unrolls.batches(batch_size, timeout, should_stop)
 
     def _index_of(self, result: dict[str, Any]) -> int:
         actor_id = result["meta"]["actor_id"]
@@ -269,15 +240,12 @@ class RayFleet:
     # ---- Fleet ----------------------------------------------------------------------------
     def poll(self) -> list[dict[str, Any]]:
         self.check()
-        with self._cond:
-            events, self._events = self._events, []
-        return events
+        return self.unrolls.take_events()
 
     def check(self) -> None:
         """Raise if the pump thread failed (e.g. an actor's restart budget is spent) or,
         with central inference, the server failed or went silent (never blocks)."""
-        with self._cond:
-            error = self._error
+        error = self.unrolls.error
         if self._stop.is_set():
             return
         if error is not None:
@@ -295,7 +263,8 @@ class RayFleet:
     def stats(self) -> dict[str, float]:
         """Transport costs (ms of `ray.get` per env's unroll on the driver, weight puts)
         and, with central inference, the server's batches (its last heartbeat's answer)."""
-        per_unroll = self.get_s / self.unrolls_in if self.unrolls_in else 0.0
+        unrolls_in = self.unrolls.unrolls_in
+        per_unroll = self.get_s / unrolls_in if unrolls_in else 0.0
         out = {"ray/get_ms_per_unroll": 1000.0 * per_unroll, "ray/weight_puts": self.params.puts}
         if self._server_watch is not None and self._server_watch.last:
             out.update(self._server_watch.last)
@@ -326,31 +295,11 @@ class RayFleet:
         # object store, actor handles, the weights' ref) while Ray is up: freeing one after
         # `ray.shutdown()` makes Ray's core worker exit the whole process (seen in
         # benchmarks/ray_scaling.py, which shuts its cluster down after each run).
-        with self._cond:
-            self._in_flight.clear()
-            self._ready.clear()
+        self._in_flight.clear()  # after the pump thread's join above
+        self.unrolls.clear()
         if self._server_watch is not None:
             self._server_watch.forget()
         self.server = None
         self.params.forget()
         if self.owns_ray:
             self._ray.shutdown()
-
-
-def _assemble(taken: list[tuple[dict[str, Any], int]]) -> dict[str, torch.Tensor]:
-    """Per-env unrolls -> one batch: step fields `[T+1, B, ...]`, state `[B, H]`, metadata
-    `[B]` (numpy concatenation: one copy, out of Ray's read-only buffers)."""
-    first = taken[0][0]["data"]
-    batch: dict[str, torch.Tensor] = {}
-    for name in first:
-        if is_state(name):
-            parts = [result["data"][name][j : j + 1] for result, j in taken]
-            batch[name] = torch.from_numpy(np.concatenate(parts, axis=0))
-        else:
-            parts = [result["data"][name][:, j : j + 1] for result, j in taken]
-            batch[name] = torch.from_numpy(np.concatenate(parts, axis=1))
-    for key in ("policy_version", "level_id", "actor_id"):
-        values = [result["meta"][key] for result, _ in taken]
-        dtype = torch.int64 if key == "policy_version" else torch.int32
-        batch[key] = torch.tensor(values, dtype=dtype)
-    return batch
