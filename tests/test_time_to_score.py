@@ -78,3 +78,31 @@ def test_a_real_run_is_stopped_at_its_threshold_and_reported(tmp_path):
     assert seed["end_frames"] < 5_000_000  # stopped at the threshold, long before the budget
     assert (out / "seed-1" / "checkpoint.pt").exists()  # SIGINT: the run saved and exited
     assert (out / "curves.png").stat().st_size > 10_000
+
+
+keep_spec = importlib.util.spec_from_file_location(
+    "keep_runs", ROOT / "benchmarks" / "keep_runs.py"
+)
+keep_runs = importlib.util.module_from_spec(keep_spec)
+keep_spec.loader.exec_module(keep_runs)
+
+
+def test_kept_runs_report_as_the_originals_and_minutes_cut_a_longer_run(tmp_path):
+    source, dest = tmp_path / "runs", tmp_path / "kept"
+    rows = [
+        {**row(10, 5.0, 100, 1060.0), "losses/total": 0.5, "episode_return/Pong": 5.0},
+        {**row(20, 10.0, 100, 1120.0), "losses/total": 0.4},  # 2 minutes after launch
+        {**row(30, 12.0, 100, 1300.0), "losses/total": 0.3},  # 5 minutes
+    ]
+    write_seed(source / "arm", 1, rows)
+    assert keep_runs.main([str(source), str(dest)]) == 0
+    kept = tts.rows_of(dest / "arm" / "seed-1")
+    assert kept[0] == {**row(10, 5.0, 100, 1060.0), "episode_return/Pong": 5.0}
+    assert len(kept) == 3 and "losses/total" not in kept[1]
+    args = tts.argparse.Namespace(threshold=10.0, window=100)
+    assert tts.summarise(dest / "arm", args) == tts.summarise(source / "arm", args)
+    # the first 3 minutes of the run: its end is the 2-minute row, still reached there
+    assert keep_runs.main([str(source), str(tmp_path / "cut"), "--minutes", "3"]) == 0
+    summary = tts.summarise(tmp_path / "cut" / "arm", args)
+    assert summary["seeds"][0]["end_frames"] == 20 and summary["reached"] == "1 of 1"
+    assert summary["seeds"][0]["end_minutes"] == 2.0
