@@ -74,6 +74,34 @@ def test_fast_path_runs_one_lstm_call_per_stretch():
     done[4, 1] = done[7, 0] = done[7, 2] = True
     core(inputs, done, state)
     assert calls == [4, 3, 3]
+    calls.clear()
+    done[5, 0] = True  # stretches of 4, 1, 2, 3 steps: the one-step stretch is the cell's
+    core(inputs, done, state)
+    assert calls == [4, 2, 3]
+
+
+def test_one_step_is_the_cells_equations_with_nn_lstms_values_and_gradients():
+    """An actor's step (T = 1) makes no `nn.LSTM` call; its outputs, state and the
+    gradients to every weight and input equal the `nn.LSTM` path's (the reference)."""
+    torch.manual_seed(0)
+    core = LSTMCore(12, 16)
+    calls = []
+    core.lstm.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    results = []
+    for fast in (True, False):
+        inputs, done, state = random_case(1, 5, 0.4, seed=3)
+        inputs.requires_grad_(True)
+        core.zero_grad()
+        out, (h, c) = core(inputs, done, state, fast=fast)
+        (out.square().sum() + c.sum()).backward()
+        grads = [inputs.grad, *(w.grad for w in core.lstm.parameters())]
+        results.append((out, h, c, grads))
+    assert calls == [1]  # the reference's call only
+    (out, h, c, grads), (ref_out, ref_h, ref_c, ref_grads) = results
+    torch.testing.assert_close(out, ref_out, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close((h, c), (ref_h, ref_c), rtol=1e-6, atol=1e-6)
+    for grad, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(grad, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_done_resets_to_the_initial_state():
