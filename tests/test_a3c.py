@@ -105,6 +105,28 @@ def test_one_update_is_a_hand_computed_adam_step_on_the_clipped_gradient():
     assert server.frame_count == T * E * 4
 
 
+def test_an_unmeasured_update_is_the_same_step_without_the_layer_stats():
+    torch.manual_seed(2)
+    agent = Agent(SPEC, "mlp", core_size=8)
+    servers = [SharedAdamServer(copy.deepcopy(agent), num_workers=1, lr=0.01) for _ in "ab"]
+    settings = TrainerSettings(LOSS, grad_norm_clip=1.0, queue_size=5, action_repeats=4)
+    measured, unmeasured = (
+        train_step(Agent(SPEC, "mlp", core_size=8), server, rollout(seed=4), settings, 0, m)
+        for server, m in zip(servers, (True, False))
+    )
+    for a, b in zip(*(server.params for server in servers)):
+        # why: the measured step is applied as its own tensor (param - delta), the other
+        # in place (addcdiv): equal to float rounding
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not any(p.equal(q) for p, q in zip(servers[0].params, agent.parameters()))
+    layer_keys = {k for k in measured if k.startswith("layers/")} | {"a3c/weight_norm"}
+    assert {"layers/grad_rms/torso", "layers/update_ratio/torso"} <= layer_keys
+    assert set(unmeasured) == set(measured) - layer_keys
+    assert unmeasured["losses/grad_norm"] == measured["losses/grad_norm"]
+    assert unmeasured["step"] == measured["step"] == 1.0
+    assert servers[1].frame_count == servers[0].frame_count == T * E * 4
+
+
 def test_the_learning_rate_decays_linearly_over_the_frames_when_asked():
     grads_of = lambda server: [torch.full_like(p, 0.5) for p in server.params]  # noqa: E731
     constant = SharedAdamServer(Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01)

@@ -59,6 +59,15 @@ def test_stall_watch_warns_once_after_patience_and_again_after_recovery():
     assert not StallWatch(warn=lines.append).update({}, 0)  # no stats: nothing to say
 
 
+def test_each_measured_update_stands_for_every_updates():
+    """A3C's workers measure one update in ten: 50 measured stalls are 500 updates."""
+    lines = []
+    watch = StallWatch(threshold=1e-4, patience=500, warn=lines.append, every=10)
+    low = {"layers/update_ratio/torso": 1e-6}
+    assert [watch.update(low, 10 * i) for i in range(50)] == [False] * 49 + [True]
+    assert len(lines) == 1 and "for 500 updates" in lines[0]
+
+
 def test_the_ratio_is_judged_at_the_initial_learning_rate():
     lines = []
     watch = StallWatch(threshold=1e-4, patience=2, warn=lines.append)

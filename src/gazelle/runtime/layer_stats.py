@@ -106,7 +106,8 @@ class StallWatch:
     consecutive updates (the stall of a torso that never starts to learn).
 
     `warn` receives one line; it is called again only after the group recovers and stalls
-    anew.
+    anew. `every`: each measured update stands for this many (the updates in between were
+    not measured: A3C's workers measure one in `MEASURE_EVERY`).
     """
 
     def __init__(
@@ -115,8 +116,10 @@ class StallWatch:
         threshold: float = STALL_RATIO,
         patience: int = 500,
         warn: Callable[[str], None] = print,
+        every: int = 1,
     ) -> None:
         self.group, self.threshold, self.patience, self.warn = group, threshold, patience, warn
+        self.every = every
         self._below = 0
         self._warned = False
 
@@ -135,7 +138,7 @@ class StallWatch:
         if math.isfinite(ratio) and ratio >= self.threshold:
             self._below, self._warned = 0, False
             return False
-        self._below += 1
+        self._below += self.every
         if self._below >= self.patience and not self._warned:
             self._warned = True
             self.warn(

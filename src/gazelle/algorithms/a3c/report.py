@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gazelle.algorithms.a3c.worker import MEASURE_EVERY
 from gazelle.algorithms.stops import NonFiniteCount
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
@@ -26,7 +27,8 @@ class UpdateWatch:
 
     def __init__(self, config: Config, decay_frames: int | None) -> None:
         self.nonfinite = NonFiniteCount(config.run.max_nonfinite_updates)
-        self.stall = StallWatch()
+        # why: a worker measures one update in MEASURE_EVERY (worker.py); each stands for all.
+        self.stall = StallWatch(every=MEASURE_EVERY)
         self.decay_frames = decay_frames
         self.pending: list[dict[str, Any]] = []  # since the last progress row
 
