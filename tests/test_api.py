@@ -93,6 +93,42 @@ def test_a_registered_torso_is_built_by_name_everywhere_a_built_in_one_is():
     assert isinstance(agent.torso, CustomTorso)
 
 
+class TinyImageTorso(nn.Module):
+    """An image torso of the user's own: `[N, C, H, W]` -> `[N, 6]`."""
+
+    def __init__(self, frame_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.output_size = 6
+        self.linear = nn.Linear(int(np.prod(frame_shape)), 6)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(frames.float().flatten(1) / 255.0))
+
+
+def test_a_registered_torso_encodes_the_image_keys_of_a_dict_observation():
+    from gazelle.types import DISCRETE, IMAGE, VECTOR, ObsField, ObsSpec
+
+    gazelle.register_torso("tiny-image", TinyImageTorso)
+    fields = (
+        ObsField("screen", IMAGE, (3, 8, 8)),
+        ObsField("health", VECTOR, (2,)),
+        ObsField("room", DISCRETE, (1,), sizes=(4,)),
+    )
+    agent = gazelle.Agent(ObsSpec(fields=fields, num_actions=3), torso="tiny-image")
+    assert isinstance(agent.encoders["screen"], CustomTorso)
+    assert not isinstance(agent.encoders["health"], CustomTorso)  # vectors: their own MLP
+    obs = {
+        "screen": torch.randint(0, 256, (1, 2, 3, 8, 8), dtype=torch.uint8),
+        "health": torch.randn(1, 2, 2),
+        "room": torch.randint(0, 4, (1, 2, 1)),
+    }
+    calls = []
+    agent.encoders["screen"].register_forward_hook(lambda m, a, out: calls.append(out.shape))
+    zeros = torch.zeros(1, 2, dtype=torch.long)
+    out, _ = agent.unroll(obs, zeros, zeros.float(), zeros.bool(), agent.initial_state(2))
+    assert calls == [(2, 6)] and out.policy_logits.shape == (1, 2, 3)
+
+
 def test_a_module_path_is_a_torso_name_without_registering():
     path = f"{__name__}:TinyTorso"
     validate(Config.of(model=path))
