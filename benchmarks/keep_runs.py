@@ -13,6 +13,11 @@ M minutes of a longer run are a run of M minutes where nothing in the run depend
 length (a constant learning rate; check the command), so a 60-minute run can stand for a
 grid's 30-minute arm. Copied into a grid's OUT, a kept seed is not run again
 (`a3c_differences.py` skips a seed whose directory exists) and `--report` draws it.
+
+Machines differ in speed by up to 2x, and not by the same factor for every workload (A3C
+ran at 2,460 frames/s on one and 1,540 on another where IMPALA ran at the same speed), so
+minutes are comparable only within one sitting: a kept run from another machine is
+compared by frames, or next to a baseline run again in the same sitting.
 """
 
 from __future__ import annotations
