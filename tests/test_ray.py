@@ -62,6 +62,19 @@ def test_the_cluster_has_two_nodes_on_loopback(cluster):
     assert {n["NodeManagerAddress"] for n in alive} == {"127.0.0.1"}
 
 
+def test_a_run_in_a_process_already_connected_leaves_its_ray_as_it_is(cluster):
+    """The test cluster runs without token authentication: a run started in this process
+    joins it as it is. Switching the process's mode to token under the live connection
+    crashed Ray's clients (a check failure, the whole process gone) on a machine without
+    ~/.ray/auth_token."""
+    from gazelle.backends.ray import cluster as private
+
+    mode, token = os.environ.get(private.AUTH_ENV), private.token_auth_on()
+    assert not token  # the fixture's cluster: no token
+    assert private.connect(None) is False
+    assert os.environ.get(private.AUTH_ENV) == mode and private.token_auth_on() is token
+
+
 def test_impala_trains_on_ray_and_uses_both_nodes(cluster, small, tmp_path):
     result = train(small(total_frames=3000))
     assert result.frames >= 3000 and result.episodes > 0 and result.actor_restarts == 0

@@ -73,6 +73,12 @@ def connect(address: str | None, dashboard: bool = False) -> bool:
             "supported, as the learner must receive every unroll",
         )
     if address is None:
+        loaded = sys.modules.get("ray")
+        if loaded is not None and loaded.is_initialized():
+            # why: a process already connected keeps its Ray as it is: switching its
+            # authentication mode under a live connection crashes Ray's clients in it (a
+            # check failure on a machine without ~/.ray/auth_token).
+            return False
         _make_private()
     ray = require_ray()
     if ray.is_initialized():
