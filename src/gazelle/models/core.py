@@ -58,10 +58,9 @@ class LSTMCore(nn.Module):
     def _step(self, inputs: torch.Tensor, state: AgentState) -> tuple[torch.Tensor, AgentState]:
         """One step `[B, I]` from `(h, c)` `[B, H]`: the equations `nn.LSTM` computes, with
         its weights and gate order (i, f, g, o). Returns `[1, B, H]` and the new state."""
-        lstm, (h, c) = self.lstm, state
-        gates = F.linear(inputs, lstm.weight_ih_l0, lstm.bias_ih_l0) + F.linear(
-            h, lstm.weight_hh_l0, lstm.bias_hh_l0
-        )
+        w_ih, w_hh, b_ih, b_hh = self.lstm.all_weights[0]  # layer 0: nn.LSTM's own order
+        h, c = state
+        gates = F.linear(inputs, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
         i, f, g, o = gates.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)

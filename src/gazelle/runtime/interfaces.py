@@ -174,7 +174,11 @@ class Fleet(Protocol):
     """The actor processes of a run (and any server they need)."""
 
     restarts: list[int]
-    dropped_slots: int
+
+    @property
+    def dropped_slots(self) -> int:
+        """Env slots whose half-written unrolls were dropped with a replaced actor."""
+        ...
 
     def start(self) -> None: ...
 
