@@ -115,17 +115,18 @@ def train_step(
     }
     if not (math.isfinite(float(loss.detach())) and math.isfinite(grad_norm)):
         return {**out, "skipped": 1.0, "step": float(server.step_count)}
-    if not measure:
-        step = server.push([p.grad for p in params], worker)
-        server.add_frames(worker, samples * settings.action_repeats)
-        return {**out, "skipped": 0.0, "step": float(step)}
-    out["a3c/weight_norm"] = math.sqrt(sum(float(p.detach().pow(2).sum()) for p in params))
-    layers = {
-        f"layers/grad_rms/{g}": float(v) for g, v in grad_rms(parameter_groups(local)).items()
-    }
-    step, ratios = server.push_measured([p.grad for p in params], worker)
+    grads = [p.grad for p in params]
+    if measure:
+        out["a3c/weight_norm"] = math.sqrt(sum(float(p.detach().pow(2).sum()) for p in params))
+        out.update(
+            (f"layers/grad_rms/{g}", float(v)) for g, v in grad_rms(parameter_groups(local)).items()
+        )
+        step, ratios = server.push_measured(grads, worker)
+        out.update(ratios)
+    else:
+        step = server.push(grads, worker)
     server.add_frames(worker, samples * settings.action_repeats)
-    return {**out, **layers, **ratios, "skipped": 0.0, "step": float(step)}
+    return {**out, "skipped": 0.0, "step": float(step)}
 
 
 def run_worker(
