@@ -16,6 +16,12 @@ Writes OUT/report.md (per seed and median/min/max), OUT/report.json and OUT/curv
 (return against frames and against minutes: median of the seeds with a min-max band).
 `--report` only reads what OUT/seed-* already hold (e.g. to redraw after a change).
 Nothing else should run on the machine meanwhile: the minutes are wall time.
+
+Machines drift: the same A3C code ran at 1,962 frames/s and, an hour later on the same
+machine, at 1,386. So before and after each seed the benchmark times a fixed CPU workload
+(`machine_speed`, `--speed-check-s` seconds; 0 skips it), records both in the seed's
+launch.json and reports them, and the report warns when the speeds it holds differ by more
+than `DRIFT` (those seeds' minutes are not comparable; their frames are).
 """
 
 from __future__ import annotations
@@ -34,6 +40,40 @@ from typing import Any
 import numpy as np
 
 LAUNCH_FILE = "launch.json"
+#: Speeds (the slowest over the fastest) below 1 - DRIFT are reported as drift.
+DRIFT = 0.15
+
+
+def machine_speed(seconds: float) -> float | None:
+    """Iterations per second of a fixed CPU workload, the size of an RL actor's and learner's
+    work on this machine's CPU: a small conv net's forward and backward on one 42x42 frame,
+    torch on one thread (the benchmark's process only; the runs are other processes).
+    None when `seconds` is 0."""
+    if seconds <= 0:
+        return None
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 32, 3, stride=2, padding=1), nn.ELU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ELU(),
+        nn.Flatten(), nn.Linear(32 * 11 * 11, 256), nn.ELU(), nn.Linear(256, 6),
+    )  # fmt: skip
+    frame = torch.rand(1, 1, 42, 42)
+
+    def step() -> None:
+        net.zero_grad(set_to_none=True)
+        net(frame).logsumexp(-1).sum().backward()
+
+    for _ in range(20):  # why: the first calls pay for allocation and dispatch set-up
+        step()
+    iterations, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        step()
+        iterations += 1
+    return iterations / elapsed
 
 
 def rows_of(logdir: Path) -> list[dict[str, Any]]:
@@ -64,8 +104,10 @@ def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespa
     """Launch one seed and stop it at the threshold or the budget."""
     logdir.mkdir(parents=True, exist_ok=True)
     full = [*command, "--seed", str(seed), "--logdir", str(logdir)]
+    before = machine_speed(args.speed_check_s)
     launched = time.time()
-    (logdir / LAUNCH_FILE).write_text(json.dumps({"launched": launched, "command": full}))
+    launch = {"launched": launched, "command": full, "speed_before": before}
+    (logdir / LAUNCH_FILE).write_text(json.dumps(launch))
     with open(logdir / "console.log", "wb") as console:
         process = subprocess.Popen(full, stdout=console, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
@@ -90,7 +132,11 @@ def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespa
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
             break
-    print(f"seed {seed}: stopped ({reason}) after {(time.time() - launched) / 60:.1f} min")
+    stopped = (time.time() - launched) / 60
+    # why: measured after the run has exited, so the two checks see the same idle machine.
+    launch["speed_after"] = machine_speed(args.speed_check_s)
+    (logdir / LAUNCH_FILE).write_text(json.dumps(launch))
+    print(f"seed {seed}: stopped ({reason}) after {stopped:.1f} min")
 
 
 def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -109,12 +155,13 @@ def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             "end_minutes": (last["wall_time"] - launch["launched"]) / 60.0,
             "end_return": last.get("episode_return"),
             "fps": last.get("fps"),
+            "speed": [launch.get("speed_before"), launch.get("speed_after")],
             "command": launch["command"],
         })  # fmt: skip
     reached = [s["reached"] for s in seeds if s["reached"]]
     summary: dict[str, Any] = {
         "threshold": args.threshold, "window": args.window, "seeds": seeds,
-        "reached": f"{len(reached)} of {len(seeds)}",
+        "reached": f"{len(reached)} of {len(seeds)}", "drift": drift(seeds),
     }  # fmt: skip
     for key in ("minutes", "frames"):
         values = [r[key] for r in reached]
@@ -122,6 +169,15 @@ def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             summary[key] = {"median": statistics.median(values), "min": min(values),
                             "max": max(values)}  # fmt: skip
     return summary
+
+
+def drift(seeds: list[dict[str, Any]]) -> float | None:
+    """How much the machine's speed checks varied over the seeds' runs: 1 - slowest/fastest
+    (None with fewer than two checks)."""
+    speeds = [v for s in seeds for v in s.get("speed", []) if v is not None]
+    if len(speeds) < 2:
+        return None
+    return 1.0 - min(speeds) / max(speeds)
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -136,23 +192,28 @@ def markdown(summary: dict[str, Any]) -> str:
         f"reached by {summary['reached']} seeds.",
         "",
         "| seed | minutes to threshold | frames to threshold | end: minutes / frames / return "
-        "| frames/s |",
-        "| --- | --- | --- | --- | --- |",
+        "| frames/s | machine speed check: before / after (it/s) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for seed in summary["seeds"]:
         end_return = seed["end_return"]
         shown = "-" if end_return is None else f"{end_return:.1f}"
+        speeds = " / ".join("-" if v is None else f"{v:,.0f}" for v in seed.get("speed", []))
         lines.append(
             f"| {seed['seed']} | {cell(seed, 'minutes')} | {cell(seed, 'frames')} | "
             f"{seed['end_minutes']:.1f} / {seed['end_frames'] / 1e6:.2f}M / {shown} | "
-            f"{seed['fps'] or 0:,.0f} |"
+            f"{seed['fps'] or 0:,.0f} | {speeds or '-'} |"
         )
     if "minutes" in summary:
         m, f = summary["minutes"], summary["frames"]
         lines.append(
             f"| **median** (min-max) | **{m['median']:.1f}** ({m['min']:.1f}-{m['max']:.1f}) | "
-            f"**{f['median'] / 1e6:.2f}M** ({f['min'] / 1e6:.2f}-{f['max'] / 1e6:.2f}M) | | |"
+            f"**{f['median'] / 1e6:.2f}M** ({f['min'] / 1e6:.2f}-{f['max'] / 1e6:.2f}M) | | | |"
         )
+    if summary.get("drift") is not None and summary["drift"] > DRIFT:
+        lines += ["", f"**The machine drifted**: its speed checks differ by "
+                  f"{summary['drift']:.0%} over these runs, so their minutes are not "
+                  "comparable; compare their frames."]  # fmt: skip
     if summary["seeds"]:
         lines += ["", "Command: `" + " ".join(summary["seeds"][0]["command"][:-4]) + "`"]
     return "\n".join(lines) + "\n"
@@ -208,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-frames", type=float, default=float("inf"))
     parser.add_argument("--poll-s", type=float, default=2.0)
     parser.add_argument("--title", default=None)
+    parser.add_argument("--speed-check-s", type=float, default=10.0,
+                        help="seconds of the machine speed check before and after each seed "
+                        "(0: none)")  # fmt: skip
     parser.add_argument("--report", action="store_true", help="only report what OUT holds")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     args = parser.parse_args(argv)

@@ -35,11 +35,14 @@ def test_the_first_row_over_the_threshold_with_a_full_window_counts():
     assert tts.first_at(rows, 21.0, 100, launched=1000.0) is None
 
 
-def write_seed(out, seed, rows, launched=1000.0):
+def write_seed(out, seed, rows, launched=1000.0, speeds=None):
     logdir = out / f"seed-{seed}"
     logdir.mkdir(parents=True)
     command = ["gazelle", "train", "--seed", str(seed), "--logdir", str(logdir)]
-    (logdir / "launch.json").write_text(json.dumps({"launched": launched, "command": command}))
+    launch = {"launched": launched, "command": command}
+    if speeds is not None:
+        launch.update(speed_before=speeds[0], speed_after=speeds[1])
+    (logdir / "launch.json").write_text(json.dumps(launch))
     (logdir / "progress.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
@@ -60,6 +63,28 @@ def test_the_summary_gives_the_median_min_and_max_over_seeds(tmp_path):
     assert "not reached" in tts.markdown(summary)
 
 
+def test_the_report_shows_the_speed_checks_and_warns_when_the_machine_drifted(tmp_path):
+    args = tts.argparse.Namespace(threshold=10.0, window=100)
+    write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0)], speeds=[300.0, 290.0])
+    write_seed(tmp_path, 2, [row(10, 5.0, 100, 1060.0)], speeds=[280.0, None])
+    summary = tts.summarise(tmp_path, args)
+    assert summary["drift"] == pytest.approx(1 - 280 / 300)  # within DRIFT: no warning
+    table = tts.markdown(summary)
+    assert "| 300 / 290 |" in table and "| 280 / - |" in table
+    assert "drifted" not in table
+    write_seed(tmp_path, 3, [row(10, 5.0, 100, 1060.0)], speeds=[240.0, 230.0])
+    summary = tts.summarise(tmp_path, args)
+    assert summary["drift"] == pytest.approx(1 - 230 / 300)
+    assert "drifted**: its speed checks differ by 23%" in tts.markdown(summary)
+
+
+def test_runs_without_speed_checks_report_none_and_no_drift(tmp_path):
+    write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0)])  # an older run's launch.json
+    summary = tts.summarise(tmp_path, tts.argparse.Namespace(threshold=10.0, window=100))
+    assert summary["drift"] is None and "| - / - |" in tts.markdown(summary)
+    assert tts.machine_speed(0) is None
+
+
 @pytest.mark.slow
 def test_a_real_run_is_stopped_at_its_threshold_and_reported(tmp_path):
     """CartPole, threshold 40 over 20 episodes: the benchmark stops the run there (not at its
@@ -67,7 +92,7 @@ def test_a_real_run_is_stopped_at_its_threshold_and_reported(tmp_path):
     out = tmp_path / "tts"
     code = tts.main([
         "--out", str(out), "--seeds", "1", "--threshold", "40", "--window", "20",
-        "--max-minutes", "5", "--poll-s", "0.5", "--",
+        "--max-minutes", "5", "--poll-s", "0.5", "--speed-check-s", "0.5", "--",
         sys.executable, "-m", "gazelle.cli", "train", "--env", "CartPole-v1",
         "--num-actors", "1", "--total-frames", "5000000", "--log-interval-s", "1",
     ])  # fmt: skip
@@ -78,6 +103,8 @@ def test_a_real_run_is_stopped_at_its_threshold_and_reported(tmp_path):
     assert seed["end_frames"] < 5_000_000  # stopped at the threshold, long before the budget
     assert (out / "seed-1" / "checkpoint.pt").exists()  # SIGINT: the run saved and exited
     assert (out / "curves.png").stat().st_size > 10_000
+    before, after = seed["speed"]  # the machine speed checks around the run
+    assert before > 10 and after > 10
 
 
 keep_spec = importlib.util.spec_from_file_location(
