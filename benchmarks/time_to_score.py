@@ -100,6 +100,16 @@ def first_at(
     return None
 
 
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a run as Ctrl-C would: SIGINT to its whole process group (it saves and exits),
+    then SIGKILL if it has not exited within 5 minutes."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespace) -> None:
     """Launch one seed and stop it at the threshold or the budget."""
     logdir.mkdir(parents=True, exist_ok=True)
@@ -109,29 +119,33 @@ def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespa
     launch = {"launched": launched, "command": full, "speed_before": before}
     (logdir / LAUNCH_FILE).write_text(json.dumps(launch))
     with open(logdir / "console.log", "wb") as console:
+        # why: a session of its own, so a terminal's Ctrl-C reaches this loop only, which
+        # then stops the run through `stop` (and the budget's stop reaches the whole run).
         process = subprocess.Popen(full, stdout=console, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # fmt: skip
         reason = "the command ended"
-        while process.poll() is None:
-            time.sleep(args.poll_s)
-            rows = rows_of(logdir)
-            minutes = (time.time() - launched) / 60.0
-            frames = rows[-1]["frames"] if rows else 0
-            if first_at(rows, args.threshold, args.window, launched):
-                reason = "reached the threshold"
-            elif minutes >= args.max_minutes:
-                reason = f"{args.max_minutes:g} minutes"
-            elif frames >= args.max_frames:
-                reason = f"{args.max_frames:,.0f} frames"
-            else:
-                continue
-            # why: SIGINT to the whole group, as Ctrl-C would: the run saves and exits.
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-            break
+        try:
+            while process.poll() is None:
+                time.sleep(args.poll_s)
+                rows = rows_of(logdir)
+                minutes = (time.time() - launched) / 60.0
+                frames = rows[-1]["frames"] if rows else 0
+                if first_at(rows, args.threshold, args.window, launched):
+                    reason = "reached the threshold"
+                elif minutes >= args.max_minutes:
+                    reason = f"{args.max_minutes:g} minutes"
+                elif frames >= args.max_frames:
+                    reason = f"{args.max_frames:,.0f} frames"
+                else:
+                    continue
+                stop(process)
+                break
+        except KeyboardInterrupt:
+            # why: without this the run, in its own session, outlived the benchmark and held
+            # the machine; Ctrl-C stops the run (saved) and the benchmark, no later seed.
+            print(f"seed {seed}: interrupted; stopping its run", file=sys.stderr)
+            stop(process)
+            raise
     stopped = (time.time() - launched) / 60
     # why: measured after the run has exited, so the two checks see the same idle machine.
     launch["speed_after"] = machine_speed(args.speed_check_s)
@@ -259,6 +273,10 @@ def draw(out: Path, summary: dict[str, Any], title: str) -> Path:
     return path
 
 
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for the seeds' runs")
@@ -277,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.report:
+        # why: `kill` of the benchmark stops its run as Ctrl-C does (run_seed), not orphans it.
+        signal.signal(signal.SIGTERM, interrupt)
         if not command:
             parser.error("give the training command after --")
         if any(flag in command for flag in ("--seed", "--logdir")):

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +87,43 @@ def test_runs_without_speed_checks_report_none_and_no_drift(tmp_path):
     summary = tts.summarise(tmp_path, tts.argparse.Namespace(threshold=10.0, window=100))
     assert summary["drift"] is None and "| - / - |" in tts.markdown(summary)
     assert tts.machine_speed(0) is None
+
+
+#: A stand-in run (any command works): it records its pid, and on SIGINT it "saves" and exits.
+FAKE_RUN = """
+import signal, sys, time
+from pathlib import Path
+logdir = Path(sys.argv[sys.argv.index("--logdir") + 1])
+def save(signum, frame):
+    (logdir / "saved").write_text("yes")
+    sys.exit(0)
+signal.signal(signal.SIGINT, save)
+(logdir / "pid").write_text(str(__import__("os").getpid()))
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_the_benchmark_stops_its_run_and_no_later_seed_starts(tmp_path, sig):
+    """Ctrl-C (SIGINT to the benchmark alone: the run has a session of its own) or `kill`:
+    the run is stopped as the budget stops it (it saves), not left running."""
+    out = tmp_path / "tts"
+    bench = subprocess.Popen([
+        sys.executable, str(ROOT / "benchmarks" / "time_to_score.py"), "--out", str(out),
+        "--seeds", "1", "2", "--threshold", "1", "--poll-s", "0.1", "--speed-check-s", "0",
+        "--", sys.executable, "-c", FAKE_RUN,
+    ])  # fmt: skip
+    pid_file = out / "seed-1" / "pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_pid = int(pid_file.read_text())
+    bench.send_signal(sig)
+    assert bench.wait(timeout=60) != 0
+    assert (out / "seed-1" / "saved").read_text() == "yes"
+    with pytest.raises(ProcessLookupError):
+        os.kill(run_pid, 0)  # gone
+    assert not (out / "seed-2").exists()
 
 
 @pytest.mark.slow
