@@ -17,6 +17,8 @@ optimiser sees, after clipping) and `layers/update_ratio/<group>` (`||w_new - w_
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -102,10 +104,15 @@ class LayerStats:
 
 
 class StallWatch:
-    """Warns once when a group's update ratio has stayed below `threshold` for `patience`
-    consecutive updates (the stall of a torso that never starts to learn).
+    """Warns once when the median of a group's update ratio over its last `patience` updates
+    is below `threshold` (a torso that never starts to learn, or stops).
 
-    `warn` receives one line; it is called again only after the group recovers and stalls
+    The median, not "every update below": a torso pushed into saturation by one burst of
+    large updates (A3C at 3x the seed's learning rate on Pong, docs/results.md) moved by a
+    median of 5.6e-5 of its norm per update for 0.5M frames, but a few of its updates rose
+    above the threshold, and a count of updates in a row never got there.
+
+    `warn` receives one line; it is called again only after the median recovers and falls
     anew. `every`: each measured update stands for this many (the updates in between were
     not measured: A3C's workers measure one in `MEASURE_EVERY`).
     """
@@ -120,7 +127,8 @@ class StallWatch:
     ) -> None:
         self.group, self.threshold, self.patience, self.warn = group, threshold, patience, warn
         self.every = every
-        self._below = 0
+        # why: `every` updates per measured one, so the window holds patience/every of them.
+        self._window: deque[float] = deque(maxlen=max(1, math.ceil(patience / every)))
         self._warned = False
 
     def update(self, metrics: dict[str, Any], updates: int, lr_scale: float = 1.0) -> bool:
@@ -129,25 +137,32 @@ class StallWatch:
         `lr_scale`: the learning rate of this update over the run's initial one. The ratio
         is judged at the initial rate (divided by it): Adam's and RMSProp's steps are
         proportional to the rate, so a rate decayed towards the end of a run is not a stall.
-        Below `MIN_LR_SCALE` nothing is judged (nor counted).
+        Below `MIN_LR_SCALE` nothing is judged (nor counted). A non-finite ratio counts as
+        below the threshold.
         """
         value = metrics.get(f"layers/update_ratio/{self.group}")
         if value is None or lr_scale < MIN_LR_SCALE:
             return False
         ratio = float(value) / lr_scale
-        if math.isfinite(ratio) and ratio >= self.threshold:
-            self._below, self._warned = 0, False
+        self._window.append(ratio if math.isfinite(ratio) else 0.0)
+        if len(self._window) < (self._window.maxlen or 1):
             return False
-        self._below += self.every
-        if self._below >= self.patience and not self._warned:
-            self._warned = True
-            self.warn(
-                f"gazelle: warning: the {self.group}'s weights have moved by less than "
-                f"{self.threshold:g} of their norm per update for {self._below} updates "
-                f"(now {ratio:.1e}, at update {updates}): it is not learning. Check "
-                "layers/grad_rms and layers/update_ratio in TensorBoard; usual causes: an "
-                "optimiser epsilon larger than the gradients (--epsilon), a learning rate too "
-                "small (--learning-rate), a head-dominated gradient clipped by --grad-norm-clip"
-            )
-            return True
-        return False
+        median = statistics.median(self._window)
+        if median >= self.threshold:
+            self._warned = False
+            return False
+        if self._warned:
+            return False
+        self._warned = True
+        span = len(self._window) * self.every
+        self.warn(
+            f"gazelle: warning: the {self.group}'s weights have moved by less than "
+            f"{self.threshold:g} of their norm per update for {span} updates (median "
+            f"{median:.1e}, now {ratio:.1e}, at update {updates}): it is not learning. Check "
+            "layers/grad_rms and layers/update_ratio in TensorBoard; usual causes: an "
+            "optimiser epsilon larger than the gradients (--epsilon), a learning rate too "
+            "small (--learning-rate), a head-dominated gradient clipped by --grad-norm-clip, "
+            "or a learning rate so large that a burst of updates saturated the network (its "
+            "layers' grad_rms fell)"
+        )
+        return True
