@@ -103,16 +103,23 @@ time.sleep(120)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def as_in_a_terminal() -> None:
+    # why: a process started in the background by a shell without job control (as CI
+    # starts pytest) inherits SIGINT ignored, and so would the benchmark; a terminal's
+    # foreground command has it at its default (Python's Ctrl-C).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_stopping_the_benchmark_stops_its_run_and_no_later_seed_starts(tmp_path, sig):
-    """Ctrl-C (SIGINT to the benchmark alone: the run has a session of its own) or `kill`:
-    the run is stopped as the budget stops it (it saves), not left running."""
+    """Ctrl-C in a terminal (SIGINT to the benchmark alone: the run has a session of its
+    own) or `kill`: the run is stopped as the budget stops it (it saves), not left running."""
     out = tmp_path / "tts"
     bench = subprocess.Popen([
         sys.executable, str(ROOT / "benchmarks" / "time_to_score.py"), "--out", str(out),
         "--seeds", "1", "2", "--threshold", "1", "--poll-s", "0.1", "--speed-check-s", "0",
         "--", sys.executable, "-c", FAKE_RUN,
-    ])  # fmt: skip
+    ], preexec_fn=as_in_a_terminal)  # fmt: skip
     pid_file = out / "seed-1" / "pid"
     deadline = time.monotonic() + 60
     while not pid_file.exists() and time.monotonic() < deadline:
