@@ -17,6 +17,10 @@ Writes OUT/report.md (per seed and median/min/max), OUT/report.json and OUT/curv
 `--report` only reads what OUT/seed-* already hold (e.g. to redraw after a change).
 Nothing else should run on the machine meanwhile: the minutes are wall time.
 
+Ctrl-C, or `kill PID` (SIGTERM), stops the running seed as its budget would (it saves) and
+starts no later seed. Started in the background (`nohup ... &`), the benchmark inherits
+SIGINT ignored from the shell, so there `kill -INT` does nothing: use `kill`.
+
 Machines drift: the same A3C code ran at 1,962 frames/s and, an hour later on the same
 machine, at 1,386. So before and after each seed the benchmark times a fixed CPU workload
 (`machine_speed`, `--speed-check-s` seconds; 0 skips it), records both in the seed's
