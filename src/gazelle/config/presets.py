@@ -22,7 +22,7 @@ A3C presets (`A3C_PRESETS`, `--algo a3c --preset`):
   frames and conv+LSTM network, one env per worker) for Atari, with gazelle's agent (the
   LSTM also fed the last reward and action, the IMPALA seed's initialisation, advantages
   from the synced network's values, fixed-length rollouts); for vector tasks 4 envs per
-  worker and a higher learning rate, decayed linearly to 0, and no gradient clip;
+  worker, no LSTM, a higher learning rate decayed linearly to 0, and no gradient clip;
 - `universe-starter`: the starter agent's settings and agent, for every family (all four of
   those points the seed's way; the mlp torso on vector tasks, which it has no network for;
   what gazelle's runtime still does differently: docs/algorithms.md).
@@ -169,16 +169,21 @@ A3C_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         for family, budget in _BUDGETS.items()
     },
 }
-# Vector tasks (CartPole, diagnostics), measured (docs/results.md): 4 envs per worker
-# (batched inference, 3.3x the frames/s of one env), lr 5e-4 decayed to 0 (1e-3 peaked
-# at 397 on CartPole, then fell; 3e-4 was at 356 at 1M frames). No gradient clipping:
-# the seed's summed value loss on returns up to ~100 gives norms of 400-20,000, so the
-# clip at 40 rescaled every update by a factor that varied 100x, and Adam's running
-# RMS, set by the big ones, shrank the rest: 374 at 1M frames with the clip, 495
-# without (500 at 1.25M).
+# Vector tasks (CartPole, diagnostics), measured (docs/results.md, "A3C on vector tasks"):
+# 4 envs per worker (batched inference, 3.3x the frames/s of one env), lr decayed to 0, no
+# gradient clip (the seed's summed value loss on returns up to ~100 gives norms of
+# 400-20,000: the clip at 40 rescaled every update by a factor that varied 100x, and
+# Adam's running RMS, set by the big ones, shrank the rest: 374 at 1M frames with it, 495
+# without). No LSTM, lr 2e-3: with the seed's LSTM (at 5e-4) the 100-episode mean
+# collapsed as IMPALA's did on CartPole (480 -> 61 after reaching 450, 311 below-random
+# episodes in a row; 386 -> 56 in a CI run); without it, 3 seeds reached 450 at 344-498K
+# frames (median 369K; LSTM: 434-574K, median 446K) and never fell more than ~30, at 2.5x
+# the frames/s. Without the LSTM 5e-4 was slow (273-388 at 1M) and 1e-3 reached 450 at
+# ~655K. A task that needs memory (gazelle/Memory-v0) asks: --use-lstm.
 A3C_PRESETS["gazelle"]["vector"].update(
-    envs_per_actor=4, learning_rate=5e-4, learning_rate_decay=True, grad_norm_clip=math.inf
-)
+    envs_per_actor=4, learning_rate=2e-3, learning_rate_decay=True, grad_norm_clip=math.inf,
+    use_lstm=False,
+)  # fmt: skip
 A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 
 

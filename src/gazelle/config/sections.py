@@ -57,8 +57,9 @@ class ModelConfig:
     images deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower)."""
     use_lstm: bool | None = None
     """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
-    family's preset (off for Atari, whose 4 stacked frames carry the motion, and for vector
-    observations with IMPALA/APPO: turn it on for a task with hidden state; on elsewhere)."""
+    family's preset (off for vector observations: turn it on for a task with hidden state;
+    off for Atari with IMPALA/APPO, whose 4 stacked frames carry the motion; on elsewhere,
+    and on Atari with A3C, as the starter agent)."""
     use_instruction: bool = True
     """Feed the env's instruction text to the language encoder (off: ablation)."""
     withhold_obs: str | None = None
