@@ -23,7 +23,8 @@ frames, minutes to the threshold where reached; the median over seeds) and OUT/c
 `gazelle`; median of the seeds with a min-max band, against minutes from launch); each arm's
 own report and curves are in OUT/ARM. `--dry-run` prints the commands; `--report` only
 summarises what OUT holds. Nothing else should run on the machine meanwhile (the budget is
-wall time). `gazelle` is whatever the shell finds: from a worktree, set PYTHONPATH=src.
+wall time). Ctrl-C or `kill` stops the running seed as its budget would (saved) and starts
+no later one. `gazelle` is whatever the shell finds: from a worktree, set PYTHONPATH=src.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,9 +74,26 @@ def run_command(args: argparse.Namespace, arm: str, seed: int) -> list[str]:
         sys.executable, str(HERE / "time_to_score.py"), "--out", str(args.out / arm),
         "--seeds", str(seed), "--threshold", str(args.threshold),
         "--max-minutes", str(args.minutes + GRACE_MINUTES),
+        "--speed-check-s", str(args.speed_check_s),
         "--title", f"{args.env}, A3C: {ARMS[arm][0]}",
         "--", *train_command(args.env, args.minutes, arm),
     ]  # fmt: skip
+
+
+def run_one(command: list[str]) -> int:
+    """Run one seed of one arm (time_to_score.py) to its end; if this script is stopped
+    (Ctrl-C, `kill`), stop it the way it stops its run, wait for it, and raise."""
+    # why: a session of its own, so a terminal's Ctrl-C reaches this script only, which then
+    # tells the child once (SIGTERM: time_to_score.py stops its run, saved, and exits) and
+    # waits. `subprocess.run` SIGKILLed the child 0.25 s after a Ctrl-C, before it could
+    # stop its run (in a session of its own too), and `kill` of this script left it running.
+    child = subprocess.Popen(command, start_new_session=True)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        child.wait()
+        raise
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, int]]:
@@ -97,11 +116,18 @@ def summarise(args: argparse.Namespace) -> dict[str, Any]:
         report = json.loads(path.read_text())
         seeds = {s["seed"]: s for s in report["seeds"] if s["seed"] in args.seeds}
         ends = [s["end_return"] for s in seeds.values() if s["end_return"] is not None]
+        minutes = [s["reached"]["minutes"] for s in seeds.values() if s.get("reached")]
         arms[arm] = {
             "what": ARMS[arm][0],
             "flags": ARMS[arm][1],
             "seeds": seeds,
             "median": statistics.median(ends) if ends else None,
+            "reached": f"{len(minutes)} of {len(args.seeds)}",
+            # why: a median of times to the threshold only where every seed has one (a seed
+            # that never reached it has no time, and leaving it out would flatter the arm).
+            "median_minutes": (
+                statistics.median(minutes) if len(minutes) == len(args.seeds) else None
+            ),
         }
     return {
         "env": args.env, "minutes": args.minutes, "threshold": args.threshold,
@@ -115,10 +141,13 @@ def markdown(summary: dict[str, Any]) -> str:
         f"{summary['env']}, A3C, {summary['minutes']:g} minutes per run. Cells: the mean "
         f"return of the last 100 episodes at the end (env frames); where the threshold "
         f"{summary['threshold']:g} was reached, the run stopped there and the cell adds "
-        "the minutes from launch to it.",
+        "the minutes from launch to it. Median: of the returns at the end; to the "
+        "threshold: the median minutes where every seed reached it, else how many did.",
         "",
-        "| arm | flags | " + " | ".join(f"seed {s}" for s in seeds) + " | median |",
-        "| --- | --- | " + " | ".join("---" for _ in seeds) + " | --- |",
+        "| arm | flags | "
+        + " | ".join(f"seed {s}" for s in seeds)
+        + " | median | to the threshold |",
+        "| --- | --- | " + " | ".join("---" for _ in seeds) + " | --- | --- |",
     ]
     for arm, got in summary["arms"].items():
         cells = []
@@ -132,8 +161,14 @@ def markdown(summary: dict[str, Any]) -> str:
                 cell += f", {summary['threshold']:g} at {one['reached']['minutes']:.1f} min"
             cells.append(cell)
         median = "-" if got["median"] is None else f"{got['median']:.1f}"
+        to_threshold = (
+            f"{got['reached']} seeds" if got["median_minutes"] is None
+            else f"{got['median_minutes']:.1f} min"
+        )  # fmt: skip
         flags = f"`{shlex.join(got['flags'])}`" if got["flags"] else "(none)"
-        lines.append(f"| {arm}: {got['what']} | {flags} | {' | '.join(cells)} | {median} |")
+        lines.append(
+            f"| {arm}: {got['what']} | {flags} | {' | '.join(cells)} | {median} | {to_threshold} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -195,15 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, required=True, help="wall time of each run")
     parser.add_argument("--threshold", type=float, required=True)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--speed-check-s", type=float, default=10.0,
+                        help="time_to_score.py's speed check, seconds (0: none)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--report", action="store_true", help="only summarise OUT")
     args = parser.parse_args(argv)
     if not args.report:
+        if not args.dry_run:
+            signal.signal(signal.SIGTERM, tts.interrupt)  # `kill` stops as Ctrl-C does
         for arm, seed in plan(args):
             command = run_command(args, arm, seed)
             print(shlex.join(command), flush=True)
             if not args.dry_run:
-                subprocess.run(command, check=False)
+                run_one(command)
     if args.dry_run:
         return 0
     summary = summarise(args)

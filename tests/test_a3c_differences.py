@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,13 +62,15 @@ def test_each_arm_switches_one_point_the_seeds_way_and_the_ends_are_the_presets(
 
 def test_seeds_run_outermost_and_done_seeds_are_skipped(tmp_path):
     args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], arms=["gazelle", "init-universe"],
-                                    env="CartPole-v1", minutes=5.0, threshold=475.0)  # fmt: skip
+                                    env="CartPole-v1", minutes=5.0, threshold=475.0,
+                                    speed_check_s=2.5)  # fmt: skip
     (tmp_path / "init-universe" / "seed-1").mkdir(parents=True)
     assert bench.plan(args) == [("gazelle", 1), ("gazelle", 2), ("init-universe", 2)]
     command = bench.run_command(args, "init-universe", 2)
     assert command[command.index("--out") + 1] == str(tmp_path / "init-universe")
     assert command[command.index("--seeds") + 1 :][:1] == ["2"]
     assert command[command.index("--max-minutes") + 1] == "7.0"  # 5 minutes + the grace
+    assert command[command.index("--speed-check-s") + 1] == "2.5"
     assert command[command.index("--") + 1 :] == [
         "gazelle", "train", "--algo", "a3c", "--env", "CartPole-v1", "--max-seconds", "300",
         "--init", "universe",
@@ -81,14 +87,21 @@ def test_the_report_reads_each_arms_seeds(tmp_path):
     ))  # fmt: skip
     (tmp_path / "acting-values").mkdir()
     (tmp_path / "acting-values" / "report.json").write_text(json.dumps({"seeds": [seed(2, 5.0)]}))
+    (tmp_path / "init-universe").mkdir()
+    (tmp_path / "init-universe" / "report.json").write_text(json.dumps({"seeds": [
+        seed(1, 18.0, {"minutes": 50.0, "frames": 9e6}),
+        seed(2, 18.4, {"minutes": 30.0, "frames": 7e6}),
+    ]}))  # fmt: skip
     args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], env="PongNoFrameskip-v4",
                                     minutes=60.0, threshold=18.0)  # fmt: skip
     summary = bench.summarise(args)
-    assert list(summary["arms"]) == ["gazelle", "acting-values"]
+    assert list(summary["arms"]) == ["gazelle", "init-universe", "acting-values"]
     assert summary["arms"]["gazelle"]["median"] == pytest.approx(7.75)
     table = bench.markdown(summary)
-    assert "| -3.0 (2.00M) | 18.5 (2.00M), 18 at 41.2 min | 7.8 |" in table
-    assert "`--advantage-values acting` | - | 5.0 (2.00M) | 5.0 |" in table
+    assert "| -3.0 (2.00M) | 18.5 (2.00M), 18 at 41.2 min | 7.8 | 1 of 2 seeds |" in table
+    assert "`--advantage-values acting` | - | 5.0 (2.00M) | 5.0 | 0 of 2 seeds |" in table
+    # every seed reached it: the median of their minutes (not of the seed that did, alone)
+    assert "| 18.2 | 40.0 min |" in table
     # the whole report from the command line, with the curves of the runs' progress rows
     for arm in ("gazelle", "acting-values"):
         logdir = tmp_path / arm / "seed-2"
@@ -104,3 +117,58 @@ def test_the_report_reads_each_arms_seeds(tmp_path):
     assert bench.main(argv) == 0
     assert (tmp_path / "report.md").read_text() == table
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+#: A stand-in for `gazelle` on PATH: it records its pid, and on SIGINT (time_to_score.py's
+#: stop) it "saves" and exits.
+FAKE_GAZELLE = """#!{python}
+import os, signal, sys, time
+from pathlib import Path
+logdir = Path(sys.argv[sys.argv.index("--logdir") + 1])
+def save(signum, frame):
+    (logdir / "saved").write_text("yes")
+    sys.exit(0)
+signal.signal(signal.SIGINT, save)
+(logdir / "pid").write_text(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def as_in_a_terminal() -> None:
+    # why: CI starts pytest in the background, where SIGINT is inherited ignored; a
+    # terminal's foreground command has it at its default (Python's Ctrl-C).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_stopping_the_grid_stops_the_running_seed_and_no_later_arm_starts(tmp_path, sig):
+    """Ctrl-C or `kill` of the grid: its time_to_score.py child stops the training run (it
+    saves) and exits, and no later arm starts. Before, Ctrl-C SIGKILLed the child before it
+    could stop its run, and `kill` left the child running the grid's seeds."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "gazelle"
+    fake.write_text(FAKE_GAZELLE.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "grid"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    grid = subprocess.Popen([
+        sys.executable, str(ROOT / "benchmarks" / "a3c_differences.py"), "--out", str(out),
+        "--env", "CartPole-v1", "--seeds", "1", "--minutes", "5", "--threshold", "475",
+        "--arms", "gazelle", "init-universe", "--speed-check-s", "0",
+    ], env=env, preexec_fn=as_in_a_terminal)  # fmt: skip
+    logdir = out / "gazelle" / "seed-1"
+    deadline = time.monotonic() + 60
+    while not (logdir / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_pid = int((logdir / "pid").read_text())
+    grid.send_signal(sig)
+    assert grid.wait(timeout=60) != 0
+    assert (logdir / "saved").read_text() == "yes"
+    with pytest.raises(ProcessLookupError):
+        os.kill(run_pid, 0)  # gone
+    assert not (out / "init-universe").exists()
+    # the time_to_score.py child is gone too: nothing is left in its session
+    assert not [line for line in subprocess.run(
+        ["ps", "-eo", "args"], capture_output=True, text=True, check=True
+    ).stdout.splitlines() if str(out) in line]  # fmt: skip
