@@ -214,7 +214,10 @@ def draw(out: Path, summary: dict[str, Any]) -> Path:
         ax.set_xlabel("minutes from launch")
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="small")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize="small")
+        else:  # why: an arm not run yet gets a said-so panel, not an empty legend's warning
+            ax.text(0.5, 0.5, "not run yet", transform=ax.transAxes, ha="center", color="0.5")
     axes[0].set_ylabel("return (mean of the last 100 episodes)")
     fig.suptitle(f"{summary['env']}, A3C: each difference against the gazelle preset")
     path = out / "curves.png"
