@@ -167,6 +167,17 @@ def test_seeds_of_one_config_are_drawn_as_mean_and_min_max_band(
     assert np.allclose(other_line.get_ydata(), [r["episode_return"] for r in rows_of(other)])
 
 
+def test_runs_of_the_same_directory_name_are_told_apart_by_their_path(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Kept runs (no config.json) named `seed-1` under two arms get the path parts that
+    tell them apart; a name given once stays the bare directory name."""
+    runs = [write_run(tmp_path / arm / "seed-1", clock, config=None) for arm in ("a", "b")]
+    runs.append(write_run(tmp_path / "c" / "alone", clock, config=None))
+    fig = plot(runs, tmp_path / "arms.png")
+    assert legend_texts(fig) == ["a/seed-1", "b/seed-1", "alone"]
+
+
 def test_a_field_an_older_config_lacks_counts_as_unset(tmp_path: Path, clock: FakeClock) -> None:
     """Seeds logged by an older gazelle (no `init` field) and a newer one (`init` unset,
     null) are one config; the env is named from the `env.id` field gazelle writes now."""

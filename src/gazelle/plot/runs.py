@@ -198,13 +198,30 @@ def group_seeds(runs: Sequence[Run]) -> list[Group]:
             settings[key] = own
     keys = sorted(every)
     differing = [k for k in keys if len({own.get(k) for own in settings.values()}) > 1]
+    lone = [g[0].logdir for k, g in members.items() if not (len(g) > 1 and k in settings)]
+    names = _distinct_names(lone)
     groups = []
     for key, group in members.items():
         if len(group) > 1 and key in settings:
             groups.append(Group(_config_name(settings[key], differing), tuple(group), True))
         else:
-            groups.append(Group(group[0].name, tuple(group), seeds=False))
+            groups.append(Group(names[group[0].logdir], tuple(group), seeds=False))
     return groups
+
+
+def _distinct_names(logdirs: Sequence[Path]) -> dict[Path, str]:
+    """Each directory's name, or where names repeat (``a/seed-1``, ``b/seed-1``) the fewest
+    trailing path parts that tell it from the others."""
+    names = {}
+    for logdir in logdirs:
+        parts = logdir.parts
+        for depth in range(1, len(parts) + 1):
+            tail = parts[-depth:]
+            # why: unique among every other directory's tail of the same depth
+            if all(other == logdir or other.parts[-depth:] != tail for other in logdirs):
+                break
+        names[logdir] = "/".join(tail)
+    return names
 
 
 def aggregate(
