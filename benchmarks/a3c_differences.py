@@ -107,13 +107,15 @@ def plan(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def summarise(args: argparse.Namespace) -> dict[str, Any]:
-    """Per arm: what time_to_score.py's report.json says of each seed, and the median."""
+    """Per arm: what time_to_score.py's summary says of each seed's run, and the median."""
     arms: dict[str, Any] = {}
     for arm in ARMS:
-        path = args.out / arm / "report.json"
-        if not path.exists():
+        if not any((args.out / arm).glob("seed-*")):
             continue
-        report = json.loads(path.read_text())
+        # why: from the runs themselves, not the arm's report.json: kept runs
+        # (benchmarks/keep_runs.py) hold only their launch file and progress rows.
+        window = argparse.Namespace(threshold=args.threshold, window=tts.WINDOW)
+        report = tts.summarise(args.out / arm, window)
         seeds = {s["seed"]: s for s in report["seeds"] if s["seed"] in args.seeds}
         ends = [s["end_return"] for s in seeds.values() if s["end_return"] is not None]
         minutes = [s["reached"]["minutes"] for s in seeds.values() if s.get("reached")]

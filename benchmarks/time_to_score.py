@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 
 LAUNCH_FILE = "launch.json"
+#: Episodes the mean must span (the logger's window, gazelle.logging).
+WINDOW = 100
 #: Speeds (the slowest over the fastest) below 1 - DRIFT are reported as drift.
 DRIFT = 0.15
 
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for the seeds' runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--threshold", type=float, required=True)
-    parser.add_argument("--window", type=int, default=100, help="episodes the mean must span")
+    parser.add_argument("--window", type=int, default=WINDOW, help="episodes the mean must span")
     parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--max-frames", type=float, default=float("inf"))
     parser.add_argument("--poll-s", type=float, default=2.0)

@@ -78,20 +78,26 @@ def test_seeds_run_outermost_and_done_seeds_are_skipped(tmp_path):
 
 
 def test_the_report_reads_each_arms_seeds(tmp_path):
-    def seed(n, end, reached=None):
-        return {"seed": n, "end_return": end, "end_frames": 2_000_000, "reached": reached}
+    def run(arm, n, end, reached_minutes=None):
+        """A run as time_to_score.py leaves it (and keep_runs.py keeps it): its launch file
+        and progress rows, ending at `end` after 2M frames, at the threshold's minute if
+        it reached it, else at 60."""
+        logdir = tmp_path / arm / f"seed-{n}"
+        logdir.mkdir(parents=True)
+        launch = {"launched": 1000.0, "command": bench.train_command("PongNoFrameskip-v4", 60, arm)}
+        (logdir / "launch.json").write_text(json.dumps(launch))
+        minutes = reached_minutes if reached_minutes is not None else 60.0
+        rows = [
+            {"frames": f, "episode_return": r, "episode_window": 100, "wall_time": 1000 + 60 * m}
+            for f, r, m in ((1e5, -21.0, 1.0), (1e6, -15.0, 0.5 * minutes), (2e6, end, minutes))
+        ]
+        (logdir / "progress.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
 
-    (tmp_path / "gazelle").mkdir()
-    (tmp_path / "gazelle" / "report.json").write_text(json.dumps(
-        {"seeds": [seed(1, -3.0), seed(2, 18.5, {"minutes": 41.2, "frames": 9e6})]}
-    ))  # fmt: skip
-    (tmp_path / "acting-values").mkdir()
-    (tmp_path / "acting-values" / "report.json").write_text(json.dumps({"seeds": [seed(2, 5.0)]}))
-    (tmp_path / "init-universe").mkdir()
-    (tmp_path / "init-universe" / "report.json").write_text(json.dumps({"seeds": [
-        seed(1, 18.0, {"minutes": 50.0, "frames": 9e6}),
-        seed(2, 18.4, {"minutes": 30.0, "frames": 7e6}),
-    ]}))  # fmt: skip
+    run("gazelle", 1, -3.0)
+    run("gazelle", 2, 18.5, 41.2)
+    run("acting-values", 2, 5.0)
+    run("init-universe", 1, 18.0, 50.0)
+    run("init-universe", 2, 18.4, 30.0)
     args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], env="PongNoFrameskip-v4",
                                     minutes=60.0, threshold=18.0)  # fmt: skip
     summary = bench.summarise(args)
@@ -103,15 +109,6 @@ def test_the_report_reads_each_arms_seeds(tmp_path):
     # every seed reached it: the median of their minutes (not of the seed that did, alone)
     assert "| 18.2 | 40.0 min |" in table
     # the whole report from the command line, with the curves of the runs' progress rows
-    for arm in ("gazelle", "acting-values"):
-        logdir = tmp_path / arm / "seed-2"
-        logdir.mkdir()
-        (logdir / "launch.json").write_text(json.dumps({"launched": 1000.0}))
-        rows = [
-            {"frames": f, "episode_return": r, "wall_time": 1000.0 + 60 * m}
-            for f, r, m in ((1e5, -21.0, 1), (2e5, -20.0, 2), (3e5, -15.0, 3))
-        ]
-        (logdir / "progress.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     argv = ["--out", str(tmp_path), "--env", "PongNoFrameskip-v4", "--minutes", "60",
             "--threshold", "18", "--report"]  # fmt: skip
     assert bench.main(argv) == 0
