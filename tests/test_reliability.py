@@ -201,6 +201,14 @@ def _gazelle_children(pid):
     return found
 
 
+def _leads_its_group(pid):
+    """Whether process `pid` leads its own process group (a gone one does not)."""
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
 def _trained(progress):
     """Whether a row of `progress` (a progress.jsonl) counts frames."""
     if not progress.exists():
@@ -234,6 +242,13 @@ def test_a_trainer_killed_with_sigkill_takes_a_stopped_child_with_it(tmp_path, a
             time.sleep(0.2)
         children = _gazelle_children(proc.pid)
         assert len(children) == 2, children  # the two actors (or workers)
+        # why: the frames may all come from one child while the other still imports; stopped
+        # there, before its PR_SET_PDEATHSIG, nothing could end it (a CI run failed so). A
+        # child leads its own process group right after asking for the signal
+        # (`child_main`), so wait until both do.
+        while not all(_leads_its_group(pid) for pid in children):
+            assert time.monotonic() - start < 300 and proc.poll() is None
+            time.sleep(0.2)
         os.kill(children[0], signal.SIGSTOP)
         proc.kill()
         proc.wait()
