@@ -114,8 +114,8 @@ def summarise(args: argparse.Namespace) -> dict[str, Any]:
             continue
         # why: from the runs themselves, not the arm's report.json: kept runs
         # (benchmarks/keep_runs.py) hold only their launch file and progress rows.
-        window = argparse.Namespace(threshold=args.threshold, window=tts.WINDOW)
-        report = tts.summarise(args.out / arm, window)
+        tts_args = argparse.Namespace(threshold=args.threshold, window=tts.WINDOW)
+        report = tts.summarise(args.out / arm, tts_args)
         seeds = {s["seed"]: s for s in report["seeds"] if s["seed"] in args.seeds}
         ends = [s["end_return"] for s in seeds.values() if s["end_return"] is not None]
         minutes = [s["reached"]["minutes"] for s in seeds.values() if s.get("reached")]
