@@ -181,7 +181,7 @@ def curves(out: Path, arm: str, seeds: list[int]) -> list[tuple[np.ndarray, np.n
         logdir = out / arm / f"seed-{seed}"
         if not (logdir / tts.LAUNCH_FILE).exists():
             continue
-        launched = json.loads((logdir / tts.LAUNCH_FILE).read_text())["launched"]
+        launched = tts.read_launch(logdir)["launched"]
         rows = [r for r in tts.rows_of(logdir) if r.get("episode_return") is not None]
         if rows:
             minutes = np.array([(r["wall_time"] - launched) / 60 for r in rows], dtype=float)

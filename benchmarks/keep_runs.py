@@ -41,7 +41,7 @@ def compact(row: dict[str, Any]) -> dict[str, Any]:
 
 def keep(source: Path, dest: Path, minutes: float | None) -> int:
     """Copy one run directory's launch and compacted rows; returns the rows kept."""
-    launch = json.loads((source / tts.LAUNCH_FILE).read_text())
+    launch = tts.read_launch(source)
     rows = tts.rows_of(source)
     if minutes is not None:
         rows = [r for r in rows if (r["wall_time"] - launch["launched"]) / 60.0 <= minutes]

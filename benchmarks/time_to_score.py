@@ -159,11 +159,26 @@ def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespa
     print(f"seed {seed}: stopped ({reason}) after {stopped:.1f} min")
 
 
+def read_launch(logdir: Path) -> dict[str, Any]:
+    """A seed's launch.json, with a clear error when it lacks a key that `run_seed` writes
+    (a hand-made or truncated one) instead of a bare KeyError from deep in the report."""
+    path = logdir / LAUNCH_FILE
+    launch = json.loads(path.read_text())
+    missing = [key for key in ("launched", "command") if key not in launch]
+    if missing:
+        raise SystemExit(
+            f"{path} lacks {', '.join(map(repr, missing))}: a seed's launch.json needs "
+            "'launched' (the launch's Unix time) and 'command' (the argv list), as run_seed "
+            "writes them"
+        )
+    return launch
+
+
 def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Per seed: when it reached the threshold (or not) and where it ended."""
     seeds = []
     for logdir in sorted(out.glob("seed-*"), key=lambda p: int(p.name.split("-")[1])):
-        launch = json.loads((logdir / LAUNCH_FILE).read_text())
+        launch = read_launch(logdir)
         rows = rows_of(logdir)
         if not rows:
             continue
@@ -249,7 +264,7 @@ def draw(out: Path, summary: dict[str, Any], title: str) -> Path:
     curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"frames": [], "minutes": []}
     for seed in summary["seeds"]:
         logdir = out / f"seed-{seed['seed']}"
-        launched = json.loads((logdir / LAUNCH_FILE).read_text())["launched"]
+        launched = read_launch(logdir)["launched"]
         rows = [r for r in rows_of(logdir) if r.get("episode_return") is not None]
         ys = np.array([r["episode_return"] for r in rows], dtype=float)
         curves["frames"].append((np.array([r["frames"] for r in rows], dtype=float), ys))

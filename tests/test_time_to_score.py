@@ -89,6 +89,18 @@ def test_runs_without_speed_checks_report_none_and_no_drift(tmp_path):
     assert tts.machine_speed(0) is None
 
 
+def test_a_launch_file_without_its_keys_is_named_in_a_clear_error(tmp_path):
+    write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0)])
+    launch = tmp_path / "seed-1" / "launch.json"
+    launch.write_text(json.dumps({"launched": 1000.0}))  # hand-made: no "command"
+    args = tts.argparse.Namespace(threshold=10.0, window=100)
+    with pytest.raises(SystemExit, match=r"seed-1/launch.json lacks 'command'"):
+        tts.summarise(tmp_path, args)
+    launch.write_text(json.dumps({}))
+    with pytest.raises(SystemExit, match=r"lacks 'launched', 'command'"):
+        tts.summarise(tmp_path, args)
+
+
 #: A stand-in run (any command works): it records its pid, and on SIGINT it "saves" and exits.
 FAKE_RUN = """
 import signal, sys, time
