@@ -185,6 +185,7 @@ def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         last = rows[-1]
         seeds.append({
             "seed": int(logdir.name.split("-")[1]),
+            "launched": launch["launched"],
             "reached": first_at(rows, args.threshold, args.window, launch["launched"]),
             "end_frames": last["frames"],
             "end_minutes": (last["wall_time"] - launch["launched"]) / 60.0,
@@ -264,7 +265,7 @@ def draw(out: Path, summary: dict[str, Any], title: str) -> Path:
     curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"frames": [], "minutes": []}
     for seed in summary["seeds"]:
         logdir = out / f"seed-{seed['seed']}"
-        launched = read_launch(logdir)["launched"]
+        launched = seed["launched"]
         rows = [r for r in rows_of(logdir) if r.get("episode_return") is not None]
         ys = np.array([r["episode_return"] for r in rows], dtype=float)
         curves["frames"].append((np.array([r["frames"] for r in rows], dtype=float), ys))
