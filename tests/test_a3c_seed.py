@@ -55,11 +55,15 @@ def test_the_preset_is_the_seeds_agent_and_settings():
     assert (vector.model.init, vector.a3c.advantage_values) == ("universe", "acting")
 
 
-def test_the_gazelle_preset_keeps_gazelles_agent_until_measured():
+def test_the_gazelle_preset_is_the_agent_the_pong_runs_chose():
     config = resolve(Config.of(algo="a3c"), ATARI)
     assert config.a3c.preset == "gazelle" and config.model.init == "seed"
     assert config.a3c.last_action_reward is True and config.a3c.advantage_values == "synced"
-    assert config.a3c.end_rollout_at_episode_end is False
+    assert config.a3c.end_rollout_at_episode_end is True  # the seed's way won on Pong
+    # with 4 envs per worker, fixed-length rollouts (short episodes cut them to a few steps)
+    assert resolve(Config.of(algo="a3c"), VECTOR).a3c.end_rollout_at_episode_end is False
+    assert resolve(Config.of(algo="a3c", end_rollout_at_episode_end=False),
+                   ATARI).a3c.end_rollout_at_episode_end is False  # fmt: skip
     # each difference is its own flag: one set, the other three stay the preset's
     mixed = resolve(Config.of(algo="a3c", preset="universe-starter", advantage_values="synced"),
                     ATARI)  # fmt: skip

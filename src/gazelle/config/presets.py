@@ -21,14 +21,15 @@ A3C presets (`A3C_PRESETS`, `--algo a3c --preset`):
 - `gazelle` (default): the universe-starter-agent's settings (Adam 1e-4 constant, its 42x42
   frames and conv+LSTM network, one env per worker) for Atari, with gazelle's agent (the
   LSTM also fed the last reward and action, the IMPALA seed's initialisation, advantages
-  from the synced network's values, fixed-length rollouts); for vector tasks 4 envs per
-  worker, no LSTM, a higher learning rate decayed linearly to 0, and no gradient clip;
+  from the synced network's values; rollouts end at an episode's end, as the seed's); for
+  vector tasks 4 envs per worker, no LSTM, a higher learning rate decayed linearly to 0,
+  and no gradient clip;
 - `universe-starter`: the starter agent's settings and agent, for every family (all four of
   those points the seed's way; the mlp torso on vector tasks, which it has no network for;
   what gazelle's runtime still does differently: docs/algorithms.md).
 
-The gazelle preset's agent is not yet chosen by measurement (docs/results.md, "A3C: the
-seed's four differences, measured").
+The gazelle preset's agent is chosen point by point on Pong, 2 seeds each (docs/results.md,
+"A3C: the seed's four differences, measured").
 """
 
 from __future__ import annotations
@@ -142,11 +143,14 @@ UNIVERSE_STARTER_AGENT: dict[str, Any] = dict(
     last_action_reward=False, init="universe", advantage_values="acting",
     end_rollout_at_episode_end=True,
 )  # fmt: skip
-#: gazelle's A3C agent in those four points: the behaviour before they were fields; kept
-#: until the comparison runs of docs/results.md ("A3C: the seed's four differences") decide.
+#: gazelle's A3C agent in those four points, as the Pong runs of docs/results.md ("A3C: the
+#: seed's four differences") chose them: rollouts end at an episode's end, as the seed's
+#: (ahead on both seeds per frame; one env per worker, as there; the vector preset below
+#: keeps fixed-length rollouts); the other three keep gazelle's earlier agent (no win for
+#: the seed's way over 2 seeds).
 GAZELLE_A3C_AGENT: dict[str, Any] = dict(
     last_action_reward=True, init="seed", advantage_values="synced",
-    end_rollout_at_episode_end=False,
+    end_rollout_at_episode_end=True,
 )  # fmt: skip
 #: The seed's optimiser and actors: one env per worker, Adam 1e-4 constant, clip 40.
 _SEED_SETTINGS: dict[str, Any] = dict(
@@ -179,10 +183,13 @@ A3C_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 # episodes in a row; 386 -> 56 in a CI run); without it, 3 seeds reached 450 at 344-498K
 # frames (median 369K; LSTM: 434-574K, median 446K) and never fell more than ~30, at 2.5x
 # the frames/s. Without the LSTM 5e-4 was slow (273-388 at 1M) and 1e-3 reached 450 at
-# ~655K. A task that needs memory (gazelle/Memory-v0) asks: --use-lstm.
+# ~655K. A task that needs memory (gazelle/Memory-v0) asks: --use-lstm. Rollouts run
+# --unroll-length steps across episode ends: with 4 envs a rollout that stopped at any env's
+# episode end was a few steps long on short-episode tasks, and the memory task with the LSTM
+# was not solved within 150K frames (it is at ~40-60K with fixed-length rollouts).
 A3C_PRESETS["gazelle"]["vector"].update(
     envs_per_actor=4, learning_rate=2e-3, learning_rate_decay=True, grad_norm_clip=math.inf,
-    use_lstm=False,
+    use_lstm=False, end_rollout_at_episode_end=False,
 )  # fmt: skip
 A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 

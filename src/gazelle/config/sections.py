@@ -247,8 +247,8 @@ class A3CConfig:
     `end_rollout_at_episode_end`; `--preset universe-starter` sets all four the seed's way."""
 
     preset: str = "gazelle"
-    """Where unset values come from: gazelle (gazelle's A3C agent, not yet chosen by
-    measurement; docs/algorithms.md says where it differs from the seed) or
+    """Where unset values come from: gazelle (gazelle's A3C agent, chosen point by point on
+    Pong; docs/algorithms.md says where it differs from the seed) or
     universe-starter (the universe-starter-agent's agent: the LSTM fed by the conv features
     alone, its initialisation, advantages from acting-time values, rollouts that end at an
     episode's end, Adam 1e-4 constant, clip 40)."""
@@ -291,7 +291,8 @@ class A3CConfig:
     end_rollout_at_episode_end: bool | None = None
     """End a partial rollout at the step that ends an episode (of any of the worker's envs),
     as the seed's runner does; off: always --unroll-length steps, across episode ends (masked
-    by done); unset: the preset's (gazelle: off; universe-starter: on)."""
+    by done); unset: the preset's (universe-starter: on; gazelle: on, off on vector tasks,
+    whose 4 envs per worker would cut rollouts at every short episode)."""
 
 
 #: The common sections of `Config`, by attribute name.
