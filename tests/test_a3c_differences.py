@@ -46,13 +46,17 @@ def points(arm: str) -> dict[str, object]:
 
 
 def test_each_arm_switches_one_point_the_seeds_way_and_the_ends_are_the_presets():
-    assert points("gazelle") == GAZELLE_A3C_AGENT
+    # the baseline: gazelle's way in all four points (the preset before the grid chose
+    # rollouts that end at an episode's end, which makes the preset that arm)
+    gazelles_way = {**GAZELLE_A3C_AGENT, "end_rollout_at_episode_end": False}
+    assert points("gazelle") == gazelles_way
+    assert points("end-at-episode-end") == GAZELLE_A3C_AGENT
     assert points("universe-starter") == UNIVERSE_STARTER_AGENT
     differences = [arm for arm in bench.ARMS if arm not in ("gazelle", "universe-starter")]
     switched = set()
     for arm in differences:
         got = points(arm)
-        changed = {name for name in got if got[name] != GAZELLE_A3C_AGENT[name]}
+        changed = {name for name in got if got[name] != gazelles_way[name]}
         assert len(changed) == 1, (arm, changed)
         (name,) = changed
         assert got[name] == UNIVERSE_STARTER_AGENT[name]
@@ -73,7 +77,7 @@ def test_seeds_run_outermost_and_done_seeds_are_skipped(tmp_path):
     assert command[command.index("--speed-check-s") + 1] == "2.5"
     assert command[command.index("--") + 1 :] == [
         "gazelle", "train", "--algo", "a3c", "--env", "CartPole-v1", "--max-seconds", "300",
-        "--init", "universe",
+        "--init", "universe", "--no-end-rollout-at-episode-end",
     ]  # fmt: skip
 
 
@@ -105,7 +109,8 @@ def test_the_report_reads_each_arms_seeds(tmp_path):
     assert summary["arms"]["gazelle"]["median"] == pytest.approx(7.75)
     table = bench.markdown(summary)
     assert "| -3.0 (2.00M) | 18.5 (2.00M), 18 at 41.2 min | 7.8 | 1 of 2 seeds |" in table
-    assert "`--advantage-values acting` | - | 5.0 (2.00M) | 5.0 | 0 of 2 seeds |" in table
+    assert ("`--advantage-values acting --no-end-rollout-at-episode-end` | - | 5.0 (2.00M) | "
+            "5.0 | 0 of 2 seeds |") in table  # fmt: skip
     # every seed reached it: the median of their minutes (not of the seed that did, alone)
     assert "| 18.2 | 40.0 min |" in table
     # the whole report from the command line, with the curves of the runs' progress rows
