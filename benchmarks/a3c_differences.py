@@ -50,6 +50,10 @@ import time_to_score as tts  # noqa: E402
 #: at an episode's end (docs/results.md), the preset is the `end-at-episode-end` arm, and
 #: the other arms ask for fixed-length rollouts to stay the runs they were.
 _FIXED = ["--no-end-rollout-at-episode-end"]
+#: The Adam step and clip the grid ran with, per env family, where the gazelle preset has
+#: changed them since (Atari: the seed's 1e-4 and 40; 2e-4 and 15 since 2026-12-03): every
+#: arm but `universe-starter` (which sets the seed's own) asks for them.
+_GRID_OPTIMISER = {"atari": ["--learning-rate", "0.0001", "--grad-norm-clip", "40"]}
 #: Arm -> (what it is, flags added to `gazelle train --algo a3c`). Each difference's flag is
 #: the value `--preset universe-starter` sets (gazelle.config.presets.UNIVERSE_STARTER_AGENT).
 ARMS: dict[str, tuple[str, list[str]]] = {
@@ -69,11 +73,22 @@ BASELINE = "gazelle"
 GRACE_MINUTES = 2.0
 
 
+def env_kind(env: str) -> str:
+    """The registry's kind of `env` (atari, vector, ...); an id it cannot resolve: ``""``."""
+    from gazelle.envs import registry
+
+    try:
+        return str(registry.resolve(env).kind)
+    except (ValueError, ImportError):
+        return ""
+
+
 def train_command(env: str, minutes: float, arm: str) -> list[str]:
     """The training command of one arm (time_to_score.py adds --seed and --logdir)."""
     seconds = int(minutes * 60)
+    optimiser = [] if arm == "universe-starter" else _GRID_OPTIMISER.get(env_kind(env), [])
     return ["gazelle", "train", "--algo", "a3c", "--env", env, "--max-seconds", str(seconds),
-            *ARMS[arm][1]]  # fmt: skip
+            *ARMS[arm][1], *optimiser]  # fmt: skip
 
 
 def run_command(args: argparse.Namespace, arm: str, seed: int) -> list[str]:

@@ -64,6 +64,19 @@ def test_each_arm_switches_one_point_the_seeds_way_and_the_ends_are_the_presets(
     assert switched == set(UNIVERSE_STARTER_AGENT)  # all four, once each
 
 
+def test_every_pong_arm_runs_the_step_and_clip_the_grid_ran_with():
+    # the gazelle preset's Atari step and clip changed after the grid (2e-4, 15); its arms
+    # keep the seed's 1e-4 and 40, so a rerun is the run in docs/results.md's table
+    for arm in bench.ARMS:
+        command = bench.train_command("PongNoFrameskip-v4", 1.0, arm)
+        config = resolve(validate(config_from_args(build_parser().parse_args(command[1:]))),
+                         ATARI)  # fmt: skip
+        assert (config.a3c.learning_rate, config.a3c.grad_norm_clip) == (1e-4, 40.0), arm
+    # the vector preset did not change: CartPole's arms add no optimiser flag
+    cartpole = bench.train_command("CartPole-v1", 1.0, "gazelle")
+    assert "--learning-rate" not in cartpole and "--grad-norm-clip" not in cartpole
+
+
 def test_seeds_run_outermost_and_done_seeds_are_skipped(tmp_path):
     args = bench.argparse.Namespace(out=tmp_path, seeds=[1, 2], arms=["gazelle", "init-universe"],
                                     env="CartPole-v1", minutes=5.0, threshold=475.0,

@@ -60,6 +60,9 @@ def test_the_gazelle_preset_is_the_agent_the_pong_runs_chose():
     assert config.a3c.preset == "gazelle" and config.model.init == "seed"
     assert config.a3c.last_action_reward is True and config.a3c.advantage_values == "synced"
     assert config.a3c.end_rollout_at_episode_end is True  # the seed's way won on Pong
+    # on Atari 2x the seed's Adam step with the norm clipped at 15 (won on Pong, 2 seeds)
+    assert (config.a3c.learning_rate, config.a3c.grad_norm_clip) == (2e-4, 15.0)
+    assert config.a3c.learning_rate_decay is False and config.actors.envs_per_actor == 1
     # with 4 envs per worker, fixed-length rollouts (short episodes cut them to a few steps)
     assert resolve(Config.of(algo="a3c"), VECTOR).a3c.end_rollout_at_episode_end is False
     assert resolve(Config.of(algo="a3c", end_rollout_at_episode_end=False),
