@@ -255,7 +255,8 @@ class A3CConfig:
     unroll_length: int = 20
     """Steps per partial rollout (the seed's num_local_steps: 20)."""
     learning_rate: float | None = None
-    """Adam's learning rate; unset: the env family's preset (seed, Atari: 1e-4)."""
+    """Adam's learning rate; unset: the env family's preset (Atari: 2e-4, the seed's 1e-4
+    with --preset universe-starter)."""
     learning_rate_decay: bool | None = None
     """Decay the learning rate linearly to 0 over total_frames (the A3C paper) instead of
     keeping it constant (the starter agent); unset: the env family's preset."""
@@ -271,7 +272,8 @@ class A3CConfig:
     """Weight of the value loss (seed: 0.5)."""
     grad_norm_clip: float | None = None
     """Clip each worker's gradient to this global norm; inf: no clipping; unset: the env
-    family's preset (the seed's 40 for Atari, DMLab and images; none for vector tasks)."""
+    family's preset (Atari: 15, the seed's 40 with --preset universe-starter; DMLab and
+    images: 40; vector tasks: none)."""
     reward_clipping: str = "none"
     """abs_one | soft_asymmetric | none (seed: none)."""
     reward_scale: float = 1.0
