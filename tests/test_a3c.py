@@ -90,7 +90,10 @@ def test_one_update_is_a_hand_computed_adam_step_on_the_clipped_gradient():
     settings = TrainerSettings(LOSS, grad_norm_clip=1.0, queue_size=5, action_repeats=4)
     summary = train_step(local, server, batch, settings, worker=1)
     # the same by hand: gradient of the loss at the global weights, clipped to norm 1, Adam
-    loss, _ = a3c_loss(reference, batch, LOSS)
+    loss, metrics = a3c_loss(reference, batch, LOSS)
+    for name in ("policy/pg_logit_grad_norm", "policy/entropy_logit_grad_norm"):
+        assert float(metrics[name]) > 0.0
+        assert summary[name] == pytest.approx(float(metrics[name]), rel=1e-5)
     params = list(reference.parameters())
     grads = torch.autograd.grad(loss, params)
     norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))

@@ -14,6 +14,7 @@ from gazelle.losses import (
     clip_rewards,
     entropy_loss,
     impala_loss,
+    logit_grad_norms,
     policy_gradient_loss,
     vtrace,
 )
@@ -204,6 +205,53 @@ def test_a3c_loss_coefficients_and_stop_gradients():
     total.backward()
     torch.testing.assert_close(values.grad, 2.0 * (values.detach() - returns.detach()))
     assert advantages.grad is None and returns.grad is None
+
+
+def autograd_logit_grad_norms(logits, actions, advantages, entropy_coef):
+    """The reference: autograd's gradients of each term in the logits, then their norms."""
+    leaf = logits.detach().requires_grad_(True)
+    (pg_grad,) = torch.autograd.grad(policy_gradient_loss(leaf, actions, advantages)[0], leaf)
+    (ent_grad,) = torch.autograd.grad(entropy_coef * entropy_loss(leaf)[0], leaf)
+    return pg_grad.norm(), ent_grad.norm()
+
+
+@pytest.mark.parametrize("loss", ["a3c", "impala"])
+def test_logit_grad_norms_are_the_terms_gradient_norms(loss):
+    """The two norms the losses report equal those of autograd's gradients of the terms."""
+    logits, actions = random_logits(6), random_actions(6)
+    generator = torch.Generator().manual_seed(6)
+    values = torch.randn(T, B, generator=generator, dtype=torch.float64, requires_grad=True)
+    if loss == "a3c":
+        advantages = torch.randn(T, B, generator=generator, dtype=torch.float64)
+        returns = torch.randn(T, B, generator=generator, dtype=torch.float64)
+        _, metrics = a3c_loss(logits, actions, advantages, returns, values, entropy_coef=0.3)
+    else:
+        vt = vtrace.from_logits(
+            behaviour_policy_logits=torch.randn(T, B, A, generator=generator, dtype=torch.float64),
+            target_policy_logits=logits,
+            actions=actions,
+            discounts=torch.full((T, B), 0.9, dtype=torch.float64),
+            rewards=torch.randn(T, B, generator=generator, dtype=torch.float64),
+            values=values,
+            bootstrap_value=torch.randn(B, generator=generator, dtype=torch.float64),
+        )
+        advantages = vt.pg_advantages
+        _, metrics = impala_loss(logits, actions, values, vt, entropy_cost=0.3)
+    pg_norm, ent_norm = autograd_logit_grad_norms(logits, actions, advantages, 0.3)
+    torch.testing.assert_close(metrics["policy/pg_logit_grad_norm"], pg_norm)
+    torch.testing.assert_close(metrics["policy/entropy_logit_grad_norm"], ent_norm)
+    assert_metrics_detached_scalars(metrics)
+
+
+def test_logit_grad_norms_of_a_uniform_policy_and_zero_advantages():
+    """Uniform: the entropy is at its top, so its gradient is zero; no advantage, no pull."""
+    logits = torch.zeros(T, B, A, dtype=torch.float64)
+    norms = logit_grad_norms(logits, random_actions(7), torch.zeros(T, B, dtype=torch.float64), 1.0)
+    assert float(norms["policy/entropy_logit_grad_norm"]) == pytest.approx(0.0, abs=1e-12)
+    assert float(norms["policy/pg_logit_grad_norm"]) == 0.0
+    peaked = torch.tensor([[[5.0, 0.0, 0.0, 0.0]]], dtype=torch.float64)
+    one = logit_grad_norms(peaked, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1), 0.5)
+    assert float(one["policy/entropy_logit_grad_norm"]) > 0.0
 
 
 @pytest.mark.parametrize(

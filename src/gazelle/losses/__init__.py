@@ -13,6 +13,7 @@ from gazelle.losses.actor_critic import (
     clip_rewards,
     entropy_loss,
     impala_loss,
+    logit_grad_norms,
     policy_gradient_loss,
 )
 from gazelle.losses.returns import discount, gae
@@ -30,6 +31,7 @@ __all__ = [
     "entropy_loss",
     "gae",
     "impala_loss",
+    "logit_grad_norms",
     "policy_gradient_loss",
     "vtrace",
 ]

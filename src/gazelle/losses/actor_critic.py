@@ -8,6 +8,9 @@ the logger converts them when it writes. Metric names are stable:
 - `losses/policy`, `losses/baseline`, `losses/entropy`: the terms as defined below (the
   entropy term is `sum p log p`, i.e. minus the entropy), `losses/total`: the weighted sum;
 - `policy/entropy`: the mean per-step entropy of the policy (positive, in nats);
+- `policy/pg_logit_grad_norm`, `policy/entropy_logit_grad_norm`: the global norms of the
+  policy term's and the weighted entropy term's gradients in the logits (`logit_grad_norms`):
+  which of the two pulls the policy harder;
 - `vtrace/pg_advantage_mean` and, given from-logits V-trace output, `vtrace/rho_mean`,
   `vtrace/rho_above_1` (the fraction of steps whose ratio the default clip at 1 cuts) and
   `vtrace/kl_behaviour_target` (`mean(-log rho)`: an unbiased estimate of KL(mu || pi) from
@@ -101,6 +104,43 @@ def entropy_loss(logits: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
     return loss, metrics
 
 
+def logit_grad_norms(
+    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor, entropy_coef: float
+) -> Metrics:
+    """The global (Frobenius) norms of two loss terms' gradients in the logits, from their
+    closed forms (no autograd), with `p = softmax(logits)` and `H` the entropy per step:
+
+    - the policy term `sum -log pi(a) * A`: `A * (p - onehot(a))`;
+    - the weighted entropy term `entropy_coef * sum p log p`:
+      `entropy_coef * p * (log p + H)`.
+
+    Where the second is of the first's size or larger, the entropy bonus, not the advantages,
+    steers the policy (towards uniform).
+
+    Args:
+        logits: policy logits `[T, B, A]` (any `[..., A]`).
+        actions: integer actions `[T, B]`.
+        advantages: `[T, B]`.
+        entropy_coef: the entropy term's weight.
+
+    Returns:
+        `{"policy/pg_logit_grad_norm", "policy/entropy_logit_grad_norm"}`, detached 0-dim.
+    """
+    # why: half-precision logits are measured in float32, float64 ones as they are.
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    with torch.no_grad():
+        log_p = F.log_softmax(logits.detach().to(dtype), dim=-1)
+        p = torch.exp(log_p)
+        onehot = F.one_hot(actions, logits.shape[-1]).to(dtype)
+        pg = advantages.detach().to(dtype).unsqueeze(-1) * (p - onehot)
+        entropy = -(p * log_p).sum(-1, keepdim=True)
+        ent = entropy_coef * p * (log_p + entropy)
+        return {
+            "policy/pg_logit_grad_norm": torch.linalg.vector_norm(pg),
+            "policy/entropy_logit_grad_norm": torch.linalg.vector_norm(ent),
+        }
+
+
 def impala_loss(
     target_logits: torch.Tensor,
     actions: torch.Tensor,
@@ -133,6 +173,9 @@ def impala_loss(
     entropy, entropy_metrics = entropy_loss(target_logits)
     total = pg + baseline_cost * baseline + entropy_cost * entropy
     metrics = {**pg_metrics, **baseline_metrics, **entropy_metrics, "losses/total": total.detach()}
+    metrics.update(
+        logit_grad_norms(target_logits, actions, vtrace_returns.pg_advantages, entropy_cost)
+    )
     metrics["vtrace/pg_advantage_mean"] = vtrace_returns.pg_advantages.detach().mean()
     if isinstance(vtrace_returns, VTraceFromLogitsReturns):
         log_rhos = vtrace_returns.log_rhos.detach()
@@ -178,6 +221,7 @@ def a3c_loss(
     entropy, entropy_metrics = entropy_loss(logits)
     total = pg + value_coef * value + entropy_coef * entropy
     metrics = {**pg_metrics, **value_metrics, **entropy_metrics, "losses/total": total.detach()}
+    metrics.update(logit_grad_norms(logits, actions, advantages, entropy_coef))
     return total, metrics
 
 

@@ -108,6 +108,8 @@ def train_step(
         "losses/policy": float(metrics["losses/policy"]) / samples,
         "losses/baseline": float(metrics["losses/baseline"]) / samples,
         "policy/entropy": float(metrics["policy/entropy"]),
+        "policy/pg_logit_grad_norm": float(metrics["policy/pg_logit_grad_norm"]),
+        "policy/entropy_logit_grad_norm": float(metrics["policy/entropy_logit_grad_norm"]),
         "losses/total": float(loss.detach()) / samples,
         "losses/grad_norm": grad_norm,
         "a3c/advantage_mean": float(metrics["a3c/advantage_mean"]),
