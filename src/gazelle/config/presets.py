@@ -194,8 +194,9 @@ A3C_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 # entropy 1.3 -> 0.01), while the norm is 4-16 otherwise. 2x the step with the norm clipped
 # at 15 reached 18 at 4.87M frames on seed 1 and 17.9 by 5.48M on seed 2, against 6.31M and
 # -15.5 at 5.26M at the seed's step; ahead on both from 2.5M frames. Not shown general
-# (one run each, docs/results.md, "Breakout and SpaceInvaders, 50 minutes"): it ends behind
-# the seed's step on Breakout (a mid-run lead, then a fall, twice) and SpaceInvaders; open.
+# (docs/results.md, "A second seed on each game"): on Breakout and SpaceInvaders it learns
+# sooner, then falls back to random play in 4 runs of 6 and ends behind the seed's step in
+# 3 of 4 seeds; neither step wins 2 seeds on both games, so it stays; open.
 # The other image families keep the seed's (not measured there).
 A3C_PRESETS["gazelle"]["atari"].update(learning_rate=2e-4, grad_norm_clip=15.0)
 A3C_PRESETS["gazelle"]["vector"].update(
