@@ -90,11 +90,9 @@ def test_entropy_loss_of_uniform_policy_is_minus_log_a():
     torch.testing.assert_close(metrics["policy/entropy"], torch.tensor(math.log(A)))
 
 
-def test_impala_loss_combines_terms_and_gradients():
-    logits, actions = random_logits(3), random_actions(3)
-    generator = torch.Generator().manual_seed(3)
-    values = torch.randn(T, B, generator=generator, dtype=torch.float64, requires_grad=True)
-    returns = vtrace.from_logits(
+def random_vtrace(logits, actions, values, generator):
+    """V-trace of `logits` against a random behaviour policy, rewards and bootstrap."""
+    return vtrace.from_logits(
         behaviour_policy_logits=torch.randn(T, B, A, generator=generator, dtype=torch.float64),
         target_policy_logits=logits,
         actions=actions,
@@ -103,6 +101,13 @@ def test_impala_loss_combines_terms_and_gradients():
         values=values,
         bootstrap_value=torch.randn(B, generator=generator, dtype=torch.float64),
     )
+
+
+def test_impala_loss_combines_terms_and_gradients():
+    logits, actions = random_logits(3), random_actions(3)
+    generator = torch.Generator().manual_seed(3)
+    values = torch.randn(T, B, generator=generator, dtype=torch.float64, requires_grad=True)
+    returns = random_vtrace(logits, actions, values, generator)
     baseline_cost, entropy_cost = 0.7, 0.03
     total, metrics = impala_loss(
         logits,
@@ -226,15 +231,7 @@ def test_logit_grad_norms_are_the_terms_gradient_norms(loss):
         returns = torch.randn(T, B, generator=generator, dtype=torch.float64)
         _, metrics = a3c_loss(logits, actions, advantages, returns, values, entropy_coef=0.3)
     else:
-        vt = vtrace.from_logits(
-            behaviour_policy_logits=torch.randn(T, B, A, generator=generator, dtype=torch.float64),
-            target_policy_logits=logits,
-            actions=actions,
-            discounts=torch.full((T, B), 0.9, dtype=torch.float64),
-            rewards=torch.randn(T, B, generator=generator, dtype=torch.float64),
-            values=values,
-            bootstrap_value=torch.randn(B, generator=generator, dtype=torch.float64),
-        )
+        vt = random_vtrace(logits, actions, values, generator)
         advantages = vt.pg_advantages
         _, metrics = impala_loss(logits, actions, values, vt, entropy_cost=0.3)
     pg_norm, ent_norm = autograd_logit_grad_norms(logits, actions, advantages, 0.3)
