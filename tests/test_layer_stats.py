@@ -108,7 +108,8 @@ def test_a_dead_torso_is_warned_about_and_the_layer_stats_reach_progress(
     small_config, tmp_path, capsys, algo
 ):
     """A torso of dead units (its weights never move) on CartPole: after `patience` (500)
-    updates the loop prints the stall warning; every progress row has the layer stats."""
+    updates the loop prints the stall warning; every progress row has the layer stats, and
+    the units' health names every torso unit dead."""
     import json
 
     from gazelle.algorithms import train
@@ -125,3 +126,4 @@ def test_a_dead_torso_is_warned_about_and_the_layer_stats_reach_progress(
         assert row["layers/update_ratio/torso"] == 0.0
         assert row["layers/grad_rms/torso"] == 0.0
         assert row["layers/update_ratio/policy"] > 0.0 and row["layers/grad_rms/policy"] > 0.0
+        assert row["layers/dead_units/torso"] == 1.0  # every unit of it, on every update

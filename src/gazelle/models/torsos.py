@@ -164,10 +164,12 @@ class DeepTorso(Torso):
         self.convs = nn.Sequential(*(DeepStage(i, o) for i, o in zip(in_channels, channels)))
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
+        # why: modules, not F.relu, so that `gazelle.runtime.unit_health` sees their units.
+        self.conv_relu, self.relu = nn.ReLU(), nn.ReLU()
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.convs(self._image(frames)))
-        return F.relu(self.linear(x.flatten(1)))
+        x = self.conv_relu(self.convs(self._image(frames)))
+        return self.relu(self.linear(x.flatten(1)))
 
 
 class ShallowTorso(Torso):
@@ -186,9 +188,10 @@ class ShallowTorso(Torso):
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
+        self.relu = nn.ReLU()  # why: a module, so that `gazelle.runtime.unit_health` sees it
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
+        return self.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
 
 
 class NatureTorso(Torso):
@@ -209,9 +212,10 @@ class NatureTorso(Torso):
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 512)
         self.output_size = 512
+        self.relu = nn.ReLU()  # why: a module, so that `gazelle.runtime.unit_health` sees it
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
+        return self.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
 
 
 class UniverseTorso(Torso):

@@ -17,6 +17,11 @@ import torch
 from torch import nn
 
 from gazelle.runtime.layer_stats import LayerStats
+from gazelle.runtime.unit_health import UnitHealth
+
+#: The units' health (`gazelle.runtime.unit_health`) is measured on one update in this many
+#: and reported on each until the next: the LSTM's gates are recomputed for it.
+HEALTH_EVERY = 10
 
 #: A loss: `(agent, batch) -> (scalar loss, metrics)`, metrics detached 0-dim tensors.
 LossFn = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, Any]]]
@@ -64,6 +69,10 @@ class Learner:
         self.device = device
         self.precision = precision
         self.layer_stats = LayerStats(agent)
+        self.unit_health = UnitHealth(agent)
+        #: `layers/dead_units/*`, `layers/saturated_gates/*` of the last measured update.
+        self.health: dict[str, torch.Tensor] = {}
+        self.updates = 0  # calls of `step`
         self.skipped = 0  # updates skipped for a non-finite loss or gradient, in all
         self.skipped_in_a_row = 0
 
@@ -80,8 +89,13 @@ class Learner:
         `learner/nonfinite_loss` or `learner/nonfinite_grad`); `skipped_in_a_row` counts.
         """
         self.agent.train()
-        with self._autocast():
+        measure = self.updates % HEALTH_EVERY == 0
+        self.updates += 1
+        with self._autocast(), self.unit_health.recording(measure):
             loss, metrics = self.loss_fn(self.agent, batch)
+        if measure:
+            self.health = self.unit_health.metrics()
+        metrics.update(self.health)
         self.optimizer.zero_grad(set_to_none=True)
         # why: one host sync per update (a scalar), the price of never applying a NaN step.
         if not bool(torch.isfinite(loss.detach())):

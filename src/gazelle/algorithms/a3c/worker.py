@@ -16,6 +16,7 @@ runs it as `run_worker(spec, context, server, settings)`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
@@ -32,6 +33,7 @@ from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.interfaces import ParameterServer, WorkerContext
 from gazelle.runtime.layer_stats import grad_rms, parameter_groups
 from gazelle.runtime.policy import LocalPolicy
+from gazelle.runtime.unit_health import UnitHealth
 
 #: A worker measures its layer stats and weight norm on one update in this many (the seed
 #: writes its summaries every 11th step): on a 20-step Pong rollout, measuring every update
@@ -89,15 +91,21 @@ def train_step(
     settings: TrainerSettings,
     worker: int,
     measure: bool = True,
+    health: UnitHealth | None = None,
 ) -> dict[str, float]:
     """One A3C update: sync, loss, gradient, clip, push. Returns the seed's summaries
     (losses and entropy per sample, the gradient's global norm) and the step; with
     `measure`, also the weights' global norm and the layer stats of the update
     (`layers/grad_rms/<group>` of the clipped gradient, measured here;
     `layers/update_ratio/<group>`, measured by the server where the step is applied). A
-    non-finite loss or gradient is not pushed (`skipped` 1, no layer stats)."""
+    non-finite loss or gradient is not pushed (`skipped` 1, no layer stats). `health`: the
+    local network's `UnitHealth`, read on measured updates (`layers/dead_units/<group>`,
+    `layers/saturated_gates/<group>`)."""
     server.pull(local)
-    loss, metrics = a3c_loss(local, rollout, settings.loss)
+    recording = health.recording(measure) if health is not None else contextlib.nullcontext()
+    with recording:
+        loss, metrics = a3c_loss(local, rollout, settings.loss)
+    units = health.metrics() if health is not None and measure else {}
     local.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for p in local.parameters() if p.requires_grad]
@@ -123,6 +131,7 @@ def train_step(
         out.update(
             (f"layers/grad_rms/{g}", float(v)) for g, v in grad_rms(parameter_groups(local)).items()
         )
+        out.update((name, float(v)) for name, v in units.items())
         step, ratios = server.push_measured(grads, worker)
         out.update(ratios)
     else:
@@ -147,6 +156,7 @@ def run_worker(
     actor, runner = None, None
     try:
         local = actor_agent(spec)
+        health = UnitHealth(local)
         writer = QueueWriter(
             spec.obs_spec,
             spec.unroll_length,
@@ -181,7 +191,7 @@ def run_worker(
             if rollout is None:
                 break
             measure = updates % MEASURE_EVERY == 0
-            summary = train_step(local, server, rollout, settings, spec.actor_id, measure)
+            summary = train_step(local, server, rollout, settings, spec.actor_id, measure, health)
             updates += 1
             child.report({"type": "update", "worker": spec.actor_id, **summary})
             child.beat()

@@ -1,0 +1,119 @@
+"""Per layer group: the share of dead ReLU units and of saturated LSTM gates in a forward pass.
+
+`layers/update_ratio` (`gazelle.runtime.layer_stats`) says whether a group's weights move;
+these say whether the units they feed can still pass a gradient. Both failures were measured
+on Pong (docs/results.md, "Dead units, saturated gates and an early policy collapse"): the
+default IMPALA agent lost 12 of its first conv layer's 16 channels to ReLUs that never fire
+within its first ~100 updates (its update ratios stayed normal: the live channels moved),
+and an LSTM agent's gates sat at 0 or 1 on ~80% of their units, its torso's gradient 1e4x
+below the heads'.
+
+Metric names, per top-level group of the module (`torso`, `core`, ... as the layer stats):
+
+- `layers/dead_units/<group>`: over the group's `nn.ReLU` modules, the largest share of
+  units that were 0 for every sample of the pass (a unit: a channel of a conv feature map,
+  a feature of a vector). The worst layer, not the mean: 12 dead channels of a first layer
+  of 16 are 4% of the shallow torso's 304 units and 75% of its input.
+- `layers/saturated_gates/<group>`: over the group's `nn.LSTM` calls, the share of gate
+  units (input, forget, cell, output; every step and batch element) whose pre-activation is
+  beyond the point where the gate's derivative is 7% of its peak: |z| > 4 for a sigmoid
+  gate, |z| > 2 for the tanh one. Only single-layer, unidirectional LSTMs are read.
+
+Only passes run inside `recording()` are measured: the hooks are registered on entry and
+removed on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+#: Gate pre-activations beyond these are saturated: sigmoid'(4) and tanh'(2) are ~7% of
+#: their peaks (sigmoid'(0) = 1/4, tanh'(0) = 1).
+SIGMOID_SATURATED = 4.0
+TANH_SATURATED = 2.0
+
+
+def dead_share(activations: torch.Tensor) -> torch.Tensor:
+    """Share of units that are 0 everywhere: `[N, C, ...]` -> per channel `C` over `N` and
+    the rest; `[N, F]` -> per feature over `N`."""
+    per_unit = activations.detach().transpose(0, 1).flatten(1)  # [C, N * ...]
+    return (per_unit > 0).any(dim=1).logical_not().float().mean()
+
+
+def saturated_gates(
+    lstm: nn.LSTM, inputs: torch.Tensor, h0: torch.Tensor, outputs: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """(saturated, all) gate units of a one-layer `lstm` call on `[T, B, I]` `inputs` from
+    hidden state `h0` `[1, B, H]` with outputs `[T, B, H]`."""
+    w_ih, w_hh, b_ih, b_hh = (t.detach() for t in lstm.all_weights[0])
+    # why: the hidden state before step t is h0 at t = 0 and the output of step t - 1 after.
+    previous = torch.cat([h0.detach(), outputs.detach()[:-1]])  # [T, B, H]
+    gates = inputs.detach() @ w_ih.T + b_ih + previous @ w_hh.T + b_hh  # [T, B, 4H]
+    i, f, g, o = gates.chunk(4, dim=-1)  # nn.LSTM's gate order
+    sigmoid = torch.cat([i, f, o], dim=-1).abs() > SIGMOID_SATURATED
+    tanh = g.abs() > TANH_SATURATED
+    return sigmoid.sum() + tanh.sum(), gates.numel()
+
+
+class UnitHealth:
+    """The ReLUs and LSTMs of `module`'s top-level children; `recording()` around a forward
+    pass collects their shares, `metrics()` returns and clears them."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self._dead: dict[str, list[torch.Tensor]] = {}
+        # why: tensors, not floats: no host sync per hook on a GPU learner.
+        self._saturated: dict[str, list[Any]] = {}  # group -> [saturated, all]
+        self._targets: list[tuple[nn.Module, Callable[..., None]]] = []
+        for group, child in module.named_children():
+            for sub in child.modules():
+                if isinstance(sub, nn.ReLU):
+                    self._targets.append((sub, self._relu_hook(group)))
+                elif isinstance(sub, nn.LSTM) and sub.num_layers == 1 and not sub.bidirectional:
+                    self._targets.append((sub, self._lstm_hook(group)))
+
+    def _relu_hook(self, group: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
+            if output.dim() >= 2:
+                self._dead.setdefault(group, []).append(dead_share(output))
+
+        return hook
+
+    def _lstm_hook(self, group: str) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+            x, state = inputs[0], inputs[1] if len(inputs) > 1 else None
+            if x.dim() != 3 or state is None or module.batch_first:
+                return
+            assert isinstance(module, nn.LSTM)
+            saturated, count = saturated_gates(module, x, state[0], output[0])
+            totals = self._saturated.setdefault(group, [0, 0])
+            totals[0] = totals[0] + saturated
+            totals[1] += count
+
+        return hook
+
+    @contextlib.contextmanager
+    def recording(self, on: bool = True) -> Iterator[None]:
+        """Measure the passes run inside (autograd on or off), if `on`.
+
+        The hooks exist only in here: a module copied or pickled outside (the inference
+        server's copy, a Ray actor's) carries none, and acting passes cost nothing."""
+        handles = [m.register_forward_hook(hook) for m, hook in self._targets] if on else []
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """`layers/dead_units/<group>` (worst layer) and `layers/saturated_gates/<group>`
+        (over every gate unit of the calls) of the recorded passes; then clears them."""
+        out = {f"layers/dead_units/{g}": torch.stack(v).max() for g, v in self._dead.items()}
+        out.update({f"layers/saturated_gates/{g}": s / n for g, (s, n) in self._saturated.items()})
+        self._dead.clear()
+        self._saturated.clear()
+        return out
