@@ -105,7 +105,9 @@ def test_central_inference_on_the_gpu_matches_local_cpu_inference():
     server.start()
     try:
         local = LocalPolicy(copy.deepcopy(agent), params, envs)
-        central = central_policy(channels, 0, envs, timeout_s=30.0)
+        # why: the server thread records its error and the client only sees silence, so a
+        # short timeout, then the error, says what broke.
+        central = central_policy(channels, 0, envs, timeout_s=10.0)
         local.begin_unroll()
         central.begin_unroll()
         rng = np.random.default_rng(0)
@@ -115,7 +117,11 @@ def test_central_inference_on_the_gpu_matches_local_cpu_inference():
             reward = torch.from_numpy(rng.standard_normal(envs).astype(np.float32))
             done = torch.from_numpy(rng.random(envs) < 0.3) | (step == 0)
             want = local.step(obs, action, reward, done)
-            got = central.step(obs, action, reward, done)
+            try:
+                got = central.step(obs, action, reward, done)
+            except TimeoutError:
+                pytest.fail(f"inference server: {server.error}")
+            assert got.policy_logits.device.type == "cpu"
             torch.testing.assert_close(got.policy_logits, want.policy_logits, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(got.baseline, want.baseline, rtol=1e-4, atol=1e-5)
     finally:

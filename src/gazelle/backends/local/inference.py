@@ -153,8 +153,8 @@ class InferenceServer:
 
     Args:
         channels: the shared request/response slots.
-        agent: a copy of the learner's agent on `device` (the server loads weights into it
-            from `params` between batches; never the learner's own module).
+        agent: a copy of the learner's agent, moved to `device` here (the server loads
+            weights into it from `params` between batches; never the learner's own module).
         params: the learner's published weights.
         stop: an event (`is_set()`) that ends the serving loop.
         max_batch: most envs per batch; None: all actors' envs.
@@ -171,8 +171,8 @@ class InferenceServer:
         max_batch: int | None = None,
         max_wait_s: float = 0.002,
     ) -> None:
-        self.channels, self.agent, self.params, self.device = channels, agent, params, device
-        self.agent.eval()
+        self.channels, self.params, self.device = channels, params, device
+        self.agent = agent.to(device).eval()
         self.stop = stop
         self.max_batch = max_batch or channels.num_actors * channels.envs_per_actor
         self.max_wait_s = max_wait_s
