@@ -99,6 +99,24 @@ def test_unknown_names_and_another_algorithms_settings_are_config_errors():
         Config.of(algo="ppo")
 
 
+def test_a_named_preset_picks_its_algorithm_when_algo_is_unset():
+    """impala-paper is IMPALA's and universe-starter A3C's: with `--algo` unset they pick
+    their algorithm over the env family's; gazelle's preset leaves the family's choice."""
+    import gazelle.api
+
+    def algo_of(*argv: str) -> str:
+        return config_from_args(build_parser().parse_args(["train", *argv])).algo
+
+    pong = "PongNoFrameskip-v4"
+    assert algo_of("--env", pong, "--preset", "impala-paper") == "impala"
+    assert algo_of("--env", pong, "--preset", "universe-starter") == "a3c"
+    assert algo_of("--preset", "universe-starter") == "a3c"
+    assert algo_of("--env", pong, "--preset", "gazelle") == algo_of("--env", pong)
+    assert algo_of("--env", pong, "--preset", "universe-starter", "--algo", "a3c") == "a3c"
+    mapping = gazelle.api.default_algo(pong, "universe-starter")
+    assert mapping == "a3c"
+
+
 def test_cli_unknown_algo_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--algo", "ppo", "--logdir", "/tmp/gz-algo-x"])

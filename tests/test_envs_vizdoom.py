@@ -201,6 +201,8 @@ def test_a_command_that_names_no_algorithm_trains_doom_with_appo():
     assert algo_of() == "impala"
     assert algo_of("--env", BASIC, "--algo", "impala") == "impala"
     assert algo_of("--env", BASIC, "--algo", "a3c") == "a3c"
+    # why: the paper's preset is IMPALA's: APPO over it would be neither (issue 21).
+    assert algo_of("--env", BASIC, "--preset", "impala-paper") == "impala"
 
 
 def test_the_python_api_given_settings_without_an_algorithm_trains_doom_with_appo(tmp_path):

@@ -49,8 +49,9 @@ def train(
     Args:
         config: a `gazelle.Config`, a mapping of flat names (`{"env": "CartPole-v1"}`, the
             names of `gazelle train --help` with underscores), or None for the defaults. A
-            mapping without "algo" gets `gazelle train`'s choice (appo for ViZDoom ids,
-            impala otherwise); a Config's `algo` is impala unless set.
+            mapping without "algo" gets `gazelle train`'s choice (a named preset's
+            algorithm, else appo for ViZDoom ids, impala otherwise); a Config's `algo` is
+            impala unless set.
         on_progress: called with each progress row (the dict written to progress.jsonl) at
             every `log_interval_s`.
         loss_fn: `(agent, batch) -> (loss, metrics)`, replacing IMPALA's V-trace loss (the
@@ -76,7 +77,9 @@ def train(
         # env family's (APPO for ViZDoom); a Config's algo is always set (impala unless given).
         values = {**config, **overrides}
         if "algo" not in values:
-            values["algo"] = default_algo(str(values.get("env") or Config().env.id))
+            values["algo"] = default_algo(
+                str(values.get("env") or Config().env.id), values.get("preset")
+            )
         config, overrides = Config.from_flat(values), {}
     elif not isinstance(config, Config):
         raise TypeError(

@@ -75,8 +75,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--algo",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: appo for ViZDoom ids, "
-        "impala otherwise)",
+        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: the --preset's, impala for "
+        "impala-paper and a3c for universe-starter; else appo for ViZDoom ids, impala otherwise)",
     )
     for name, flat in all_fields().items():
         flag = "--" + name.replace("_", "-")
@@ -135,7 +135,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         # continues as it was; a flag given still wins (the preflight refuses a changed env).
         return Config.from_flat({**saved.flat(), **values})
     env = str(values.get("env") or Config().env.id)
-    algo = getattr(args, "algo", None) or default_algo(env)
+    algo = getattr(args, "algo", None) or default_algo(env, values.get("preset"))
     if algo not in ALGORITHMS:
         raise ConfigError("algo", algo, " | ".join(ALGORITHMS))
     if "logdir" not in values:

@@ -30,7 +30,8 @@ options mean in practice, see [usage.md](usage.md); for the Python API, [api.md]
 One flag per config field. A field left unset (`None`) is filled from the preset of the
 env family and algorithm (`--preset`, [usage.md](usage.md)); the resolved value of every
 field is saved in the run's `config.json`. `--algo impala | a3c | appo` picks the algorithm
-(unset: appo when every level is a ViZDoom scenario, impala otherwise); a flag that two
+(unset: a named preset's, impala for impala-paper and a3c for universe-starter; else appo
+when every level is a ViZDoom scenario, impala otherwise); a flag that two
 algorithm sections share (such as `--learning-rate`) sets the section of the one that runs.
 """
 

@@ -218,12 +218,19 @@ A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 FAMILY_ALGOS = {"vizdoom": "appo"}
 
 
-def default_algo(env: str) -> str:
-    """`--algo` left unset: the family's algorithm (`FAMILY_ALGOS`) when every level of the
-    `env` spec is of that family, else impala. A spec that does not resolve gets impala here;
-    the run's own checks then name what is wrong with it."""
+def default_algo(env: str, preset: str | None = None) -> str:
+    """`--algo` left unset: the algorithm a named `preset` belongs to (impala-paper: impala,
+    universe-starter: a3c), else the family's (`FAMILY_ALGOS`) when every level of the `env`
+    spec is of that family, else impala. A spec that does not resolve gets impala here; the
+    run's own checks then name what is wrong with it."""
     from gazelle.envs import registry
 
+    # why: a preset other than gazelle's is one algorithm's (the paper's IMPALA, the seed's
+    # A3C); the family's algorithm would run it as another's, or refuse it.
+    if preset in IMPALA_PRESETS and preset != "gazelle":
+        return "impala"
+    if preset in A3C_PRESETS and preset != "gazelle":
+        return "a3c"
     try:
         kinds = {registry.resolve(level).kind for level in registry.expand_levels(env)}
     except (ValueError, ImportError):
