@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from gazelle.backends.local.channels import StopFlag
 from gazelle.backends.local.inference import (
     InferenceChannels,
     InferenceServer,
@@ -207,7 +208,7 @@ def test_a_dead_server_fails_the_run_with_its_error():
         central_policy(server.channels, 0, ENVS, timeout_s=0.5).step(*_inputs(0, rng))
     server.close(timeout=5.0)
     assert not server.alive() and "TypeError" in server.error
-    supervisor = LocalFleet([], None, None, CTX, server=server, stop_event=CTX.Event())
+    supervisor = LocalFleet([], None, None, CTX, server=server, stop_event=StopFlag())
     with pytest.raises(RuntimeError, match=r"inference server died(?s:.)*TypeError"):
         supervisor.check()
     stop.set()

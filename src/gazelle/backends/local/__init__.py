@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 
 from gazelle.backends import BackendRequest, Transport
 from gazelle.backends.local.buffers import SlotLayout, UnrollBuffers
+from gazelle.backends.local.channels import StopFlag
 from gazelle.backends.local.fleet import LocalFleet
 from gazelle.backends.local.inference import InferenceChannels, InferenceServer
 from gazelle.backends.local.params import ParamStore
@@ -43,7 +44,7 @@ def build(request: BackendRequest) -> Transport:
         state_size(first.use_lstm),
         ctx,
     )
-    stop = ctx.Event()
+    stop = StopFlag()
     # why: the server gets its own copy of the agent (on the learner's device) and loads
     # published weights into it between batches; the learner's module changes in place
     # during an update and must never be read mid-step.

@@ -22,7 +22,7 @@ import torch
 import torch.multiprocessing as mp
 
 from gazelle import registrations
-from gazelle.backends.local.channels import receive_all
+from gazelle.backends.local.channels import StopFlag, receive_all
 from gazelle.backends.local.child import ChildLink, child_main, kill_group, run_work
 from gazelle.runtime.interfaces import Work
 
@@ -42,7 +42,8 @@ class ProcessFleet:
     Args:
         specs: one per process.
         ctx: a `spawn` multiprocessing context.
-        stop_event: set to ask every process to stop (`close()` sets it).
+        stop_event: set to ask every process to stop (`close()` sets it); a `StopFlag`
+            (never a `multiprocessing.Event`, which a killed process can wedge).
         actor_timeout_s: a process silent (no heartbeat) for this long is taken to be hung
             (SIGSTOPped, blocked forever): killed and replaced. Before its first heartbeat
             it has `max(actor_timeout_s, START_TIMEOUT_S)`.
@@ -61,7 +62,7 @@ class ProcessFleet:
     ) -> None:
         self.ctx = ctx or mp.get_context("spawn")
         self.specs = list(specs)
-        self.stop_event = stop_event if stop_event is not None else self.ctx.Event()
+        self.stop_event = stop_event if stop_event is not None else StopFlag()
         # why: one pipe per process, never shared: see gazelle.backends.local.channels.
         self.event_readers: list[Any] = [None] * len(self.specs)
         self.processes: list[Any] = [None] * len(self.specs)
