@@ -104,3 +104,22 @@ def test_instructions_of_any_length_and_charset_tokenize(text):
     ids = tokenize([text])
     assert ids.shape == (1, 32) and ids.dtype.kind == "i" and (ids >= 0).all()
     assert (ids > 0).sum() == min(len(text.split()), 32)
+
+
+def test_resuming_with_another_activation_is_one_line_and_an_older_run_reads_as_relu(
+    tmp_path, capsys
+):
+    """The activation is part of the network: a run resumed with another is refused (its
+    weights were trained through the other); a checkpoint from before `--activation`
+    (none saved) is the ReLU network its torso then ran."""
+    from gazelle import checkpoint
+    from gazelle.algorithms.runstate import _network_value, write_config
+    from gazelle.config import Config
+
+    write_config(tmp_path, Config.of(env="gazelle/Catch-v0", model="shallow", activation="relu"))
+    checkpoint.save(tmp_path / "checkpoint.pt", {"frames": 0})
+    err = train_error(["--logdir", str(tmp_path), "--activation", "elu"], capsys)
+    assert "--activation: invalid value 'elu'; allowed: 'relu'" in err and "--no-resume" in err
+    older = Config.of(env="gazelle/Catch-v0", model="shallow")
+    assert _network_value(older, "activation") == "relu"
+    assert _network_value(older.replace(model="universe"), "activation") is None

@@ -306,3 +306,31 @@ def test_train_with_only_a_logdir_resumes_that_run_with_its_own_settings(tmp_pat
     (tmp_path / "checkpoint.pt").unlink()
     new = config_from_args(parser.parse_args(["train", "--logdir", str(tmp_path)]))
     assert (new.algo, new.env.id) == ("impala", Config().env.id)
+
+
+def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
+    """`--activation`: the preset's for the torsos that take one (relu for IMPALA), none
+    for the others; checked at the edge; the learner's and every actor's agent get it."""
+    from torch import nn
+
+    from gazelle.algorithms.a3c.loop import a3c_agent, worker_specs
+    from gazelle.algorithms.common import prepare
+    from gazelle.algorithms.impala.build import actor_specs
+    from gazelle.runtime.actor import actor_agent
+
+    assert resolve(Config.of(env="ALE/Pong-v5"), ATARI).model.activation == "relu"
+    assert resolve(Config.of(env="ALE/Pong-v5", model="universe"), ATARI).model.activation is None
+    assert resolve(Config.of(algo="a3c", env="ALE/Pong-v5"), ATARI).model.activation is None
+    assert resolve(Config.of(), VECTOR).model.activation is None  # mlp: tanh
+    with pytest.raises(ConfigError, match=r"^--activation: invalid value 'gelu'; allowed: relu"):
+        validate(Config.of(activation="gelu"))
+    with pytest.raises(ConfigError, match=r"--activation: invalid value 'elu'; allowed: unset"):
+        validate(Config.of(activation="elu", model="universe"))
+    for algo, specs_of in (("appo", actor_specs), ("a3c", worker_specs)):
+        config, found, _ = prepare(Config.of(algo=algo, env="gazelle/Catch-v0", num_actors=2,
+                                             model="shallow", activation="elu"))  # fmt: skip
+        specs = specs_of(config, found)
+        assert [spec.activation for spec in specs] == ["elu", "elu"]
+        for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):
+            kinds = {type(m) for m in agent.torso.modules()}
+            assert nn.ELU in kinds and nn.ReLU not in kinds

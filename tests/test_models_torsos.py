@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from gazelle.models import TORSOS, Agent
 from gazelle.models.torsos import SameConv2d, make_torso, max_pool_same, same_padding
@@ -206,3 +207,49 @@ def test_image_frames_are_scaled_to_unit_range():
     frames = torch.randint(0, 256, (2, 1, 36, 36), dtype=torch.uint8)
     expected = F.relu(torso.linear(torso.convs(frames.float() / 255.0).flatten(1)))
     torch.testing.assert_close(torso(frames), expected)
+
+
+@pytest.mark.parametrize("name", ["deep", "shallow", "nature"])
+def test_activation_elu_replaces_every_relu_and_keeps_the_parameters(name):
+    """`--activation elu`: the same weights (a checkpoint's shapes), every ReLU an ELU, and a
+    unit whose input is negative on every frame still passes a gradient."""
+    relu, elu = make_torso(name, (4, 84, 84)), make_torso(name, (4, 84, 84), "elu")
+    assert relu.state_dict().keys() == elu.state_dict().keys()
+    kinds = [type(m) for m in elu.modules()]
+    assert nn.ReLU not in kinds and kinds.count(nn.ELU) >= 3
+    assert [type(m) for m in make_torso(name, (4, 84, 84), "relu").modules()] == [
+        type(m) for m in relu.modules()
+    ]
+    elu.load_state_dict(relu.state_dict())
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():  # every unit of the last layer at -3 on every frame
+        for torso in (relu, elu):
+            torso.linear.weight.zero_()
+            torso.linear.bias.fill_(-3.0)
+    grads = []
+    for torso in (relu, elu):
+        torso.zero_grad()
+        torso(frames).sum().backward()
+        grads.append(torso.linear.bias.grad.abs().sum().item())
+    # ReLU: nothing; ELU: its slope there, exp(-3), per unit and frame
+    assert grads[0] == 0.0
+    assert grads[1] == pytest.approx(2 * elu.output_size * math.exp(-3.0), rel=1e-4)
+
+
+def test_activation_is_refused_for_torsos_with_their_own_and_bad_names_are_named():
+    with pytest.raises(ValueError, match=r"activation 'elu': torso 'universe' has its own"):
+        make_torso("universe", (1, 42, 42), "elu")
+    with pytest.raises(ValueError, match=r"torso 'mlp' has its own; only deep \| shallow"):
+        make_torso("mlp", (4,), "relu")
+    with pytest.raises(ValueError, match=r"activation: invalid value 'tanh'; allowed: relu \| elu"):
+        make_torso("shallow", (4, 84, 84), "tanh")
+
+
+def test_the_config_knows_the_same_activations_and_torsos_as_the_models():
+    """The config checks `--activation` without importing the models: its two lists must
+    stay the models' own."""
+    from gazelle.config import validation
+    from gazelle.models.torsos import ACTIVATIONS, WITH_ACTIVATION
+
+    assert tuple(ACTIVATIONS) == validation.ACTIVATION_CHOICES
+    assert validation.ACTIVATION_TORSOS == WITH_ACTIVATION

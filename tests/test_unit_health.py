@@ -59,6 +59,29 @@ def test_dead_share_matches_the_reference_for_maps_and_vectors():
     assert float(dead_share(vectors)) == pytest.approx(reference_dead_share(vectors))
 
 
+def test_an_elu_torso_counts_the_units_whose_input_stays_below_minus_3():
+    """ELU: a channel is counted when its input is below -3 at every sample and position
+    (slope under 5%), by the reference on the inputs; the ReLU count is untouched."""
+    torch.manual_seed(0)
+    agent = Agent(SPEC, torso="shallow", use_lstm=False, activation="elu")
+    elus = [m for m in agent.torso.modules() if isinstance(m, nn.ELU)]
+    inputs: list[torch.Tensor] = []
+    for elu in elus:
+        elu.register_forward_hook(lambda _m, i, _out: inputs.append(i[0].detach()))
+    with torch.no_grad():
+        conv = agent.torso.convs[0]
+        conv.weight[:9] = 0.0
+        conv.bias[:5] = -3.5  # counted
+        conv.bias[5:9] = -2.5  # below 0 everywhere, but above -3: not counted
+    health = UnitHealth(agent)
+    with health.recording():
+        agent.unroll(*frames_and_state(agent))
+    first = reference_dead_share(inputs[0] + 3.0)  # input <= -3 everywhere
+    assert first == pytest.approx(5 / 16)
+    worst = max(reference_dead_share(x + 3.0) for x in inputs)
+    assert float(health.metrics()["layers/dead_units/torso"]) == pytest.approx(worst)
+
+
 @pytest.mark.parametrize("scale", [0.3, 3.0])
 def test_saturated_gates_match_the_step_by_step_reference(scale):
     torch.manual_seed(1)

@@ -146,7 +146,8 @@ def evaluate(
                 levels_out = 1 if head is None else int(head.shape[0])
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
                                     last_action_reward=inputs is not False,
-                                    num_levels=levels_out)  # fmt: skip
+                                    num_levels=levels_out,
+                                    activation=config.model.activation)  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(

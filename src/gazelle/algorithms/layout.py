@@ -79,7 +79,10 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
     torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):
-            agent = build_agent(found.obs_spec, model.torso, bool(model.use_lstm), model.init)
+            agent = build_agent(
+                found.obs_spec, model.torso, bool(model.use_lstm), model.init,
+                activation=model.activation,
+            )  # fmt: skip
             agent = agent.to(device)
             run = SimpleNamespace(
                 config=config,

@@ -12,7 +12,7 @@ from gazelle.config import Config, ConfigError
 from gazelle.types import FRAME, IMAGE, ObsSpec
 
 #: Settings a run in a logdir must share with the one that wrote its checkpoint.
-RESUME_KEYS = ("algo", "env", "model", "use_lstm")
+RESUME_KEYS = ("algo", "env", "model", "use_lstm", "activation")
 #: Values of --wandb-mode.
 WANDB_MODES = ("online", "offline")
 

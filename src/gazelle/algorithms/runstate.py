@@ -15,6 +15,7 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.config import Config
+from gazelle.config.validation import ACTIVATION_TORSOS
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
@@ -125,8 +126,8 @@ def restore(
             kept = f" (it could not be replaced: {err})"
         print(f"gazelle: warning: {why}; resuming from {source}, the one saved before it{kept}")
     saved = Config.from_dict(state.get("config") or {})
-    for name in ("algo", "env", "model", "use_lstm"):
-        if saved.get(name) != config.get(name):
+    for name in ("algo", "env", "model", "use_lstm", "activation"):
+        if _network_value(saved, name) != _network_value(config, name):
             raise ValueError(
                 f"--{name.replace('_', '-')}: the checkpoint in {config.run.logdir} was trained "
                 f"with {saved.get(name)!r}, not {config.get(name)!r}; use another --logdir or "
@@ -151,3 +152,12 @@ def write_config(logdir: Path, config: Config) -> None:
 
     (logdir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     write_provenance(logdir)
+
+
+def _network_value(config: Config, name: str) -> Any:
+    """`config`'s `name`, with an unset activation read as what the torso then runs (relu
+    for those that take one): a checkpoint saved before `--activation` existed has none."""
+    value = config.get(name)
+    if name == "activation" and value is None and config.model.torso in ACTIVATION_TORSOS:
+        return "relu"
+    return value

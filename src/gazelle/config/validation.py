@@ -16,6 +16,9 @@ INFERENCE_CHOICES = ("auto", "local", "central")
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
 BACKEND_CHOICES = ("local", "ray")
 INIT_CHOICES = ("seed", "universe", "torch")
+ACTIVATION_CHOICES = ("relu", "elu")
+#: The torsos that take `--activation` (`gazelle.models.torsos.WITH_ACTIVATION`).
+ACTIVATION_TORSOS = ("deep", "shallow", "nature")
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
 
 
@@ -60,6 +63,14 @@ def validate(config: Config) -> Config:
         raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")
     _validate_torso(config.model.torso)
     check.choice("init", INIT_CHOICES, allow_none=True)
+    check.choice("activation", ACTIVATION_CHOICES, allow_none=True)
+    torso = config.model.torso
+    if config.model.activation is not None and torso not in ("auto", *ACTIVATION_TORSOS):
+        raise ConfigError(
+            "activation",
+            config.model.activation,
+            f"unset with --model {torso} (only {' | '.join(ACTIVATION_TORSOS)} take one)",
+        )
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)
     check.choice("backend", BACKEND_CHOICES)

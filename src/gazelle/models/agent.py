@@ -51,6 +51,8 @@ class Agent(nn.Module):
         last_action_reward: the core also gets the clipped last reward and the one-hot last
             action (the IMPALA seed's agent); False: the torso's features (and the
             instruction) alone, as the A3C starter agent's LSTM.
+        activation: of the deep, shallow and nature torsos (`gazelle.models.torsos`):
+            relu | elu; None: the torso's own.
         num_levels: value outputs, one per level (`ValueHead`): a multi-task run with PopArt
             keeps a normalised value and its statistics per level, as the PopArt paper's
             DMLab-30 agent; `step` and `unroll` then need each row's `level` id.
@@ -76,6 +78,7 @@ class Agent(nn.Module):
         init: str = "seed",
         last_action_reward: bool = True,
         num_levels: int = 1,
+        activation: str | None = None,
     ):
         super().__init__()
         self.obs_spec = obs_spec
@@ -83,7 +86,9 @@ class Agent(nn.Module):
         self.last_action_reward = last_action_reward
         names = obs_spec.names
         self.torso = (
-            make_encoder(obs_spec.field(FRAME), torso, obs_spec) if FRAME in names else None
+            make_encoder(obs_spec.field(FRAME), torso, obs_spec, activation)
+            if FRAME in names
+            else None
         )
         self.instruction = (
             make_encoder(obs_spec.field(INSTRUCTION), torso, obs_spec)
@@ -92,7 +97,7 @@ class Agent(nn.Module):
         )
         self.encoders = nn.ModuleDict(
             {
-                f.name: make_encoder(f, torso, obs_spec)
+                f.name: make_encoder(f, torso, obs_spec, activation)
                 for f in obs_spec.fields
                 if f.name not in (FRAME, INSTRUCTION)
             }
@@ -293,12 +298,14 @@ def build_agent(
     init: str = "seed",
     last_action_reward: bool = True,
     num_levels: int = 1,
+    activation: str | None = None,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
     value outputs: one per level of a multi-task run with PopArt, else 1."""
     return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
-                 last_action_reward=last_action_reward, num_levels=num_levels)  # fmt: skip
+                 last_action_reward=last_action_reward, num_levels=num_levels,
+                 activation=activation)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

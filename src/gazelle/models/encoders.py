@@ -91,8 +91,11 @@ def upscale(images: torch.Tensor, factor: int) -> torch.Tensor:
     return images.repeat_interleave(factor, dim=-2).repeat_interleave(factor, dim=-1)
 
 
-def make_encoder(field: ObsField, torso: str, spec: ObsSpec) -> nn.Module:
+def make_encoder(
+    field: ObsField, torso: str, spec: ObsSpec, activation: str | None = None
+) -> nn.Module:
     """The encoder of one field (see the module docstring); it has an int `output_size`.
+    `activation` goes to the image torso (`gazelle.models.torsos.make_torso`).
 
     Raises:
         ValueError: the torso does not take the field (an image torso for a vector-only
@@ -101,7 +104,7 @@ def make_encoder(field: ObsField, torso: str, spec: ObsSpec) -> nn.Module:
     if field.kind == IMAGE:
         c, h, w = field.shape
         k = upscale_factor(torso, field.shape)
-        return make_torso(torso, (c, h * k, w * k))
+        return make_torso(torso, (c, h * k, w * k), activation)
     if field.kind == VECTOR:
         if field.name != FRAME:
             return VectorEncoder(field.shape[0])

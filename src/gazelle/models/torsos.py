@@ -13,13 +13,18 @@ inside (`/ 255`); the `mlp` torso takes float32 vectors `[N, D]` as they are.
 | `universe` | A3C starter agent: 4 x (conv 32 3x3 s2 'same', ELU), flatten        | 32*h*w |
 | `mlp`      | vectors: linear 64, tanh, linear 64, tanh                           | 64     |
 
+`deep`, `shallow` and `nature` take an `activation` (`ACTIVATIONS`): `relu`, their papers'
+and every preset's, or `elu` (the starter agent's; its slope never reaches 0). On Pong's
+frames, almost all one colour, 240 of the shallow torso's 256 linear units never fired from
+~0.1-0.4M frames on (IMPALA and APPO alike): a ReLU pushed below zero on every frame passes
+no gradient again. ELU halved APPO's frames on Pong (a leaky ReLU did not) and failed
+Breakout (2 seeds each; docs/results.md, "ELU in the torso").
+
 `universe` keeps the starter agent's design: the flattened conv output goes straight to the
 core (no linear layer), so its size follows the frame (288 for its 42x42 frames).
 `mlp` uses tanh, the usual choice for small vector-observation policies.
 
-'same' padding follows TensorFlow (the seeds' framework): output size `ceil(in / stride)`,
-with the odd padding pixel at the bottom/right. `torch`'s symmetric padding gives the same
-sizes but shifts windows by one pixel on even inputs, so the stride-2 layers pad explicitly.
+'same' padding (`deep`, `universe`) follows TensorFlow: `gazelle.models.padding`.
 
 `channels_last` memory format is chosen per torso and per use by measurement (one thread,
 torch 2.13 CPU, `gazelle.bench.models`, samples/s channels_last vs not): acting is the step
@@ -41,51 +46,17 @@ The use is told apart by `torch.is_grad_enabled()`; `channels_last_act` and
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from gazelle.models.padding import SameConv2d, max_pool_same, same_padding
 
-def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
-    """TensorFlow 'SAME' padding `(before, after)` of one spatial dim (out = ceil(size/stride))."""
-    out = math.ceil(size / stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
-def max_pool_same(x: torch.Tensor, kernel: int = 3, stride: int = 2) -> torch.Tensor:
-    """Max-pool with TensorFlow 'SAME' padding: `[N, C, H, W] -> [N, C, ceil(H/s), ceil(W/s)]`.
-
-    Padding is ignored by the max (as in TF). The `before` padding goes to `max_pool2d`; the
-    extra `after` pixel of an uneven split comes from `ceil_mode`, which adds a last window
-    that runs off the bottom/right edge.
-    """
-    (top, bottom), (left, right) = (
-        same_padding(x.shape[-2], kernel, stride),
-        same_padding(x.shape[-1], kernel, stride),
-    )
-    if bottom - top > 1 or right - left > 1:  # not reached for kernel 3, stride 2
-        x = F.pad(x, (left, right, top, bottom), value=-math.inf)
-        return F.max_pool2d(x, kernel, stride)
-    return F.max_pool2d(x, kernel, stride, padding=(top, left), ceil_mode=True)
-
-
-class SameConv2d(nn.Conv2d):
-    """`nn.Conv2d` with TensorFlow 'SAME' padding (zeros), computed from each input's size."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding=0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k, s = self.kernel_size[0], self.stride[0]
-        top, bottom = same_padding(x.shape[-2], k, s)
-        left, right = same_padding(x.shape[-1], k, s)
-        if top == bottom and left == right:
-            return F.conv2d(x, self.weight, self.bias, s, (top, left))
-        return super().forward(F.pad(x, (left, right, top, bottom)))
+__all__ = [
+    "ACTIVATIONS", "TORSOS", "WITH_ACTIVATION", "SameConv2d", "Torso", "make_torso",
+    "max_pool_same", "same_padding",
+]  # fmt: skip
 
 
 class Torso(nn.Module):
@@ -127,26 +98,43 @@ class Torso(nn.Module):
             ) from error
 
 
-class ResidualBlock(nn.Module):
-    """`x + conv(relu(conv(relu(x))))` with two 3x3 'same' convs: `[N, C, H, W]` -> same."""
+#: `activation` names of the deep, shallow and nature torsos.
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "elu": nn.ELU}
 
-    def __init__(self, channels: int):
+
+def activation_module(name: str) -> nn.Module:
+    """A new module of activation `name` (`ACTIVATIONS`); ValueError naming the allowed."""
+    if name not in ACTIVATIONS:
+        allowed = " | ".join(ACTIVATIONS)
+        raise ValueError(f"activation: invalid value {name!r}; allowed: {allowed}")
+    return ACTIVATIONS[name]()
+
+
+class ResidualBlock(nn.Module):
+    """`x + conv(act(conv(act(x))))` with two 3x3 'same' convs: `[N, C, H, W]` -> same."""
+
+    def __init__(self, channels: int, activation: str = "relu"):
         super().__init__()
         self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.act0, self.act1 = activation_module(activation), activation_module(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+        return x + self.conv1(self.act1(self.conv0(self.act0(x))))
 
 
 class DeepStage(nn.Module):
     """conv 3x3 -> max-pool 3x3 stride 2 ('same') -> residual blocks: `[N, C, H, W]` ->
     `[N, channels, ceil(H/2), ceil(W/2)]`."""
 
-    def __init__(self, in_channels: int, channels: int, num_blocks: int = 2):
+    def __init__(
+        self, in_channels: int, channels: int, num_blocks: int = 2, activation: str = "relu"
+    ):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, channels, 3, padding=1)
-        self.blocks = nn.Sequential(*(ResidualBlock(channels) for _ in range(num_blocks)))
+        self.blocks = nn.Sequential(
+            *(ResidualBlock(channels, activation) for _ in range(num_blocks))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.blocks(max_pool_same(self.conv(x)))
@@ -158,14 +146,21 @@ class DeepTorso(Torso):
     channels_last_act = True
     channels_last_learn = True
 
-    def __init__(self, frame_shape: tuple[int, ...], channels: tuple[int, ...] = (16, 32, 32)):
+    def __init__(
+        self,
+        frame_shape: tuple[int, ...],
+        channels: tuple[int, ...] = (16, 32, 32),
+        activation: str = "relu",
+    ):
         super().__init__(frame_shape)
         in_channels = [frame_shape[0], *channels[:-1]]
-        self.convs = nn.Sequential(*(DeepStage(i, o) for i, o in zip(in_channels, channels)))
+        self.convs = nn.Sequential(
+            *(DeepStage(i, o, activation=activation) for i, o in zip(in_channels, channels))
+        )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
         # why: modules, not F.relu, so that `gazelle.runtime.unit_health` sees their units.
-        self.conv_relu, self.relu = nn.ReLU(), nn.ReLU()
+        self.conv_relu, self.relu = activation_module(activation), activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         x = self.conv_relu(self.convs(self._image(frames)))
@@ -178,17 +173,18 @@ class ShallowTorso(Torso):
     channels_last_learn = True
     min_side = 20  # why: 8x8 stride 4, then 4x4 stride 2, leave 1 pixel of 20
 
-    def __init__(self, frame_shape: tuple[int, ...]):
+    def __init__(self, frame_shape: tuple[int, ...], activation: str = "relu"):
         super().__init__(frame_shape)
         self.convs = nn.Sequential(
             nn.Conv2d(frame_shape[0], 16, 8, stride=4),
-            nn.ReLU(),
+            activation_module(activation),
             nn.Conv2d(16, 32, 4, stride=2),
-            nn.ReLU(),
+            activation_module(activation),
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
-        self.relu = nn.ReLU()  # why: a module, so that `gazelle.runtime.unit_health` sees it
+        # why: a module, so that `gazelle.runtime.unit_health` sees it
+        self.relu = activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         return self.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
@@ -200,19 +196,20 @@ class NatureTorso(Torso):
     channels_last_learn = True
     min_side = 36  # why: 8x8 s4, 4x4 s2, 3x3 s1 leave 1 pixel of 36
 
-    def __init__(self, frame_shape: tuple[int, ...]):
+    def __init__(self, frame_shape: tuple[int, ...], activation: str = "relu"):
         super().__init__(frame_shape)
         self.convs = nn.Sequential(
             nn.Conv2d(frame_shape[0], 32, 8, stride=4),
-            nn.ReLU(),
+            activation_module(activation),
             nn.Conv2d(32, 64, 4, stride=2),
-            nn.ReLU(),
+            activation_module(activation),
             nn.Conv2d(64, 64, 3, stride=1),
-            nn.ReLU(),
+            activation_module(activation),
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 512)
         self.output_size = 512
-        self.relu = nn.ReLU()  # why: a module, so that `gazelle.runtime.unit_health` sees it
+        # why: a module, so that `gazelle.runtime.unit_health` sees it
+        self.relu = activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         return self.relu(self.linear(self.convs(self._image(frames)).flatten(1)))
@@ -276,19 +273,32 @@ def check_frames(name: str, cls: type[Torso], frame_shape: tuple[int, ...]) -> N
         )
 
 
-def make_torso(name: str, frame_shape: tuple[int, ...]) -> Torso:
+#: The torsos that take an `activation`.
+WITH_ACTIVATION = ("deep", "shallow", "nature")
+
+
+def make_torso(name: str, frame_shape: tuple[int, ...], activation: str | None = None) -> Torso:
     """Builds torso `name` for frames of `frame_shape`, checking the two fit together.
 
     `name` is a built-in torso (`TORSOS`), one registered with `gazelle.register_torso`, or
-    a `module:attr` factory path (`gazelle.models.custom`).
+    a `module:attr` factory path (`gazelle.models.custom`). `activation` (`ACTIVATIONS`) is
+    for the torsos of `WITH_ACTIVATION`; None: the torso's own (relu for those).
 
     Raises:
-        ValueError: an unknown name, or an image torso for vector frames (or the reverse).
+        ValueError: an unknown name, an image torso for vector frames (or the reverse), or
+            an activation for a torso that takes none.
     """
+    if activation is not None and name not in WITH_ACTIVATION:
+        raise ValueError(
+            f"activation {activation!r}: torso {name!r} has its own; only"
+            f" {' | '.join(WITH_ACTIVATION)} take one"
+        )
     if name not in TORSOS:
         from gazelle.models import custom  # why: custom imports this module
 
         return custom.build(name, tuple(frame_shape))
     cls = TORSOS[name]
     check_frames(name, cls, tuple(frame_shape))
-    return cls(tuple(frame_shape))
+    if activation is None:
+        return cls(tuple(frame_shape))
+    return cls(tuple(frame_shape), activation=activation)  # type: ignore[call-arg]

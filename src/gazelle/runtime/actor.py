@@ -50,6 +50,8 @@ class ActorSpec:
     last_action_reward: bool = True
     #: The agent's value outputs: one per level with multi-task PopArt, else 1.
     num_levels: int = 1
+    #: The torso's activation (`gazelle.models.torsos`); None: the torso's own.
+    activation: str | None = None
 
     @property
     def value_level(self) -> int | None:
@@ -65,6 +67,7 @@ def actor_agent(spec: ActorSpec) -> Agent:
         spec.use_lstm,
         last_action_reward=spec.last_action_reward,
         num_levels=spec.num_levels,
+        activation=spec.activation,
     )
 
 

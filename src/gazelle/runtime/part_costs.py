@@ -92,7 +92,9 @@ def inference_rate(run: Any, batch: int, seconds: float) -> float:
     from gazelle.models import build_agent
 
     model = run.config.model
-    agent = build_agent(run.obs_spec, model.torso, model.use_lstm).eval()
+    agent = build_agent(
+        run.obs_spec, model.torso, model.use_lstm, activation=model.activation
+    ).eval()
     obs = fake_obs(run.obs_spec, (batch,))
     state = agent.initial_state(batch)
     action = torch.zeros(batch, dtype=torch.long)

@@ -12,8 +12,10 @@ Metric names, per top-level group of the module (`torso`, `core`, ... as the lay
 
 - `layers/dead_units/<group>`: over the group's `nn.ReLU` modules, the largest share of
   units that were 0 for every sample of the pass (a unit: a channel of a conv feature map,
-  a feature of a vector). The worst layer, not the mean: 12 dead channels of a first layer
-  of 16 are 4% of the shallow torso's 304 units and 75% of its input.
+  a feature of a vector); over its `nn.ELU` modules, of units whose input was below -3
+  for every sample (an ELU's slope there, exp(x), is under 5% of its slope above 0: a unit
+  nearly as cut off, though never wholly). The worst layer, not the mean: 12 dead channels
+  of a first layer of 16 are 4% of the shallow torso's 304 units and 75% of its input.
 - `layers/saturated_gates/<group>`: over the group's `nn.LSTM` calls, the share of gate
   units (input, forget, cell, output; every step and batch element) whose pre-activation is
   beyond the point where the gate's derivative is 7% of its peak: |z| > 4 for a sigmoid
@@ -26,6 +28,7 @@ removed on exit.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,13 +39,15 @@ from torch import nn
 #: their peaks (sigmoid'(0) = 1/4, tanh'(0) = 1).
 SIGMOID_SATURATED = 4.0
 TANH_SATURATED = 2.0
+#: An ELU's output below this has an input below -3 (`ELU(-3) = exp(-3) - 1`).
+ELU_FLOOR = math.exp(-3.0) - 1.0
 
 
-def dead_share(activations: torch.Tensor) -> torch.Tensor:
-    """Share of units that are 0 everywhere: `[N, C, ...]` -> per channel `C` over `N` and
-    the rest; `[N, F]` -> per feature over `N`."""
+def dead_share(activations: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
+    """Share of units at or below `floor` everywhere (0: a ReLU's; `ELU_FLOOR`: an ELU's):
+    `[N, C, ...]` -> per channel `C` over `N` and the rest; `[N, F]` -> per feature over `N`."""
     per_unit = activations.detach().transpose(0, 1).flatten(1)  # [C, N * ...]
-    return (per_unit > 0).any(dim=1).logical_not().float().mean()
+    return (per_unit > floor).any(dim=1).logical_not().float().mean()
 
 
 def saturated_gates(
@@ -61,7 +66,7 @@ def saturated_gates(
 
 
 class UnitHealth:
-    """The ReLUs and LSTMs of `module`'s top-level children; `recording()` around a forward
+    """The ReLUs, ELUs and LSTMs of `module`'s top-level children; `recording()` around a forward
     pass collects their shares, `metrics()` returns and clears them."""
 
     def __init__(self, module: nn.Module) -> None:
@@ -72,14 +77,16 @@ class UnitHealth:
         for group, child in module.named_children():
             for sub in child.modules():
                 if isinstance(sub, nn.ReLU):
-                    self._targets.append((sub, self._relu_hook(group)))
+                    self._targets.append((sub, self._unit_hook(group, 0.0)))
+                elif isinstance(sub, nn.ELU) and sub.alpha == 1.0:
+                    self._targets.append((sub, self._unit_hook(group, ELU_FLOOR)))
                 elif isinstance(sub, nn.LSTM) and sub.num_layers == 1 and not sub.bidirectional:
                     self._targets.append((sub, self._lstm_hook(group)))
 
-    def _relu_hook(self, group: str) -> Callable[..., None]:
+    def _unit_hook(self, group: str, floor: float) -> Callable[..., None]:
         def hook(_module: nn.Module, _inputs: object, output: torch.Tensor) -> None:
             if output.dim() >= 2:
-                self._dead.setdefault(group, []).append(dead_share(output))
+                self._dead.setdefault(group, []).append(dead_share(output, floor))
 
         return hook
 

@@ -59,7 +59,8 @@ def a3c_agent(config: Config, obs_spec: ObsSpec) -> Agent:
     model = config.model
     assert model.init is not None
     return build_agent(obs_spec, model.torso, bool(model.use_lstm), model.init,
-                       bool(config.a3c.last_action_reward))  # fmt: skip
+                       bool(config.a3c.last_action_reward),
+                       activation=model.activation)  # fmt: skip
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -79,6 +80,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
             last_action_reward=bool(config.a3c.last_action_reward),
+            activation=config.model.activation,
         )
         for i in range(actors.num_actors)
     ]

@@ -170,6 +170,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             env_kwargs=env_kwargs(config),
             lockstep_batch=impala.batch_size if lockstep else None,
             num_levels=value_levels(config, len(levels)),
+            activation=config.model.activation,
         )
         for i in range(actors.num_actors)
     ]
@@ -194,7 +195,7 @@ def build(
     assert model.use_lstm is not None and model.init is not None  # resolved from the preset
     agent = build_agent(
         found.obs_spec, model.torso, model.use_lstm, model.init,
-        num_levels=value_levels(config, len(found.levels)),
+        num_levels=value_levels(config, len(found.levels)), activation=model.activation,
     ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     request = BackendRequest(
