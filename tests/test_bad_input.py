@@ -111,7 +111,7 @@ def test_resuming_with_another_activation_is_one_line_and_an_older_run_reads_as_
 ):
     """The activation is part of the network: a run resumed with another is refused (its
     weights were trained through the other); a checkpoint from before `--activation`
-    (none saved) is the ReLU network its torso then ran."""
+    (none saved) is the network its torso then ran (its own activation)."""
     from gazelle import checkpoint
     from gazelle.algorithms.runstate import _network_value, write_config
     from gazelle.config import Config
@@ -122,7 +122,8 @@ def test_resuming_with_another_activation_is_one_line_and_an_older_run_reads_as_
     assert "--activation: invalid value 'elu'; allowed: 'relu'" in err and "--no-resume" in err
     older = Config.of(env="gazelle/Catch-v0", model="shallow")
     assert _network_value(older, "activation") == "relu"
-    assert _network_value(older.replace(model="universe"), "activation") is None
+    assert _network_value(older.replace(model="universe"), "activation") == "elu"
+    assert _network_value(older.replace(model="mlp"), "activation") is None
 
 
 def test_resuming_with_another_budget_warns_that_the_learning_rate_steps(tmp_path, capsys):

@@ -309,8 +309,8 @@ def test_train_with_only_a_logdir_resumes_that_run_with_its_own_settings(tmp_pat
 
 
 def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
-    """`--activation`: the preset's for the torsos that take one (relu for IMPALA), none
-    for the others; checked at the edge; the learner's and every actor's agent get it."""
+    """`--activation`: unset (the torso's own) in every preset; checked at the edge; the
+    learner's and every actor's agent get it."""
     from torch import nn
 
     from gazelle.algorithms.a3c.loop import a3c_agent, worker_specs
@@ -318,19 +318,19 @@ def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
     from gazelle.algorithms.impala.build import actor_specs
     from gazelle.runtime.actor import actor_agent
 
-    assert resolve(Config.of(env="ALE/Pong-v5"), ATARI).model.activation == "relu"
-    assert resolve(Config.of(env="ALE/Pong-v5", model="universe"), ATARI).model.activation is None
-    assert resolve(Config.of(algo="a3c", env="ALE/Pong-v5"), ATARI).model.activation is None
-    assert resolve(Config.of(), VECTOR).model.activation is None  # mlp: tanh
+    for algo in ("impala", "appo", "a3c"):
+        assert resolve(Config.of(algo=algo, env="ALE/Pong-v5"), ATARI).model.activation is None
     with pytest.raises(ConfigError, match=r"^--activation: invalid value 'gelu'; allowed: relu"):
         validate(Config.of(activation="gelu"))
     with pytest.raises(ConfigError, match=r"--activation: invalid value 'elu'; allowed: unset"):
-        validate(Config.of(activation="elu", model="universe"))
-    for algo, specs_of in (("appo", actor_specs), ("a3c", worker_specs)):
+        validate(Config.of(activation="elu", model="mlp"))
+    runs = (("appo", "shallow", "elu", actor_specs), ("a3c", "universe", "relu", worker_specs))
+    for algo, torso, activation, specs_of in runs:
         config, found, _ = prepare(Config.of(algo=algo, env="gazelle/Catch-v0", num_actors=2,
-                                             model="shallow", activation="elu"))  # fmt: skip
+                                             model=torso, activation=activation))  # fmt: skip
         specs = specs_of(config, found)
-        assert [spec.activation for spec in specs] == ["elu", "elu"]
+        assert [spec.activation for spec in specs] == [activation, activation]
+        want, other = (nn.ELU, nn.ReLU) if activation == "elu" else (nn.ReLU, nn.ELU)
         for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):
             kinds = {type(m) for m in agent.torso.modules()}
-            assert nn.ELU in kinds and nn.ReLU not in kinds
+            assert want in kinds and other not in kinds

@@ -236,11 +236,19 @@ def test_activation_elu_replaces_every_relu_and_keeps_the_parameters(name):
     assert grads[1] == pytest.approx(2 * elu.output_size * math.exp(-3.0), rel=1e-4)
 
 
+def test_the_universe_torso_keeps_its_elu_unless_told_and_takes_relu():
+    own, relu = make_torso("universe", (1, 42, 42)), make_torso("universe", (1, 42, 42), "relu")
+    assert [type(m) for m in own.convs][1::2] == [nn.ELU] * 4
+    assert [type(m) for m in relu.convs][1::2] == [nn.ReLU] * 4
+    assert own.state_dict().keys() == relu.state_dict().keys()
+    assert [type(m) for m in make_torso("universe", (1, 42, 42), "elu").modules()] == [
+        type(m) for m in own.modules()
+    ]
+
+
 def test_activation_is_refused_for_torsos_with_their_own_and_bad_names_are_named():
-    with pytest.raises(ValueError, match=r"activation 'elu': torso 'universe' has its own"):
-        make_torso("universe", (1, 42, 42), "elu")
-    with pytest.raises(ValueError, match=r"torso 'mlp' has its own; only deep \| shallow"):
-        make_torso("mlp", (4,), "relu")
+    with pytest.raises(ValueError, match=r"activation 'elu': torso 'mlp' has its own; only deep"):
+        make_torso("mlp", (4,), "elu")
     with pytest.raises(ValueError, match=r"activation: invalid value 'tanh'; allowed: relu \| elu"):
         make_torso("shallow", (4, 84, 84), "tanh")
 
@@ -252,4 +260,4 @@ def test_the_config_knows_the_same_activations_and_torsos_as_the_models():
     from gazelle.models.torsos import ACTIVATIONS, WITH_ACTIVATION
 
     assert tuple(ACTIVATIONS) == validation.ACTIVATION_CHOICES
-    assert validation.ACTIVATION_TORSOS == WITH_ACTIVATION
+    assert validation.TORSO_ACTIVATIONS == WITH_ACTIVATION

@@ -15,7 +15,7 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.config import Config
-from gazelle.config.validation import ACTIVATION_TORSOS
+from gazelle.config.validation import TORSO_ACTIVATIONS
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
@@ -127,11 +127,11 @@ def restore(
         print(f"gazelle: warning: {why}; resuming from {source}, the one saved before it{kept}")
     saved = Config.from_dict(state.get("config") or {})
     for name in ("algo", "env", "model", "use_lstm", "activation"):
-        if _network_value(saved, name) != _network_value(config, name):
+        was, now = _network_value(saved, name), _network_value(config, name)
+        if was != now:
             raise ValueError(
                 f"--{name.replace('_', '-')}: the checkpoint in {config.run.logdir} was trained "
-                f"with {saved.get(name)!r}, not {config.get(name)!r}; use another --logdir or "
-                "pass --no-resume"
+                f"with {was!r}, not {now!r}; use another --logdir or pass --no-resume"
             )
     agent.load_state_dict(state["agent"])
     optimizer.load_state_dict(state["optimizer"])
@@ -155,9 +155,9 @@ def write_config(logdir: Path, config: Config) -> None:
 
 
 def _network_value(config: Config, name: str) -> Any:
-    """`config`'s `name`, with an unset activation read as what the torso then runs (relu
-    for those that take one): a checkpoint saved before `--activation` existed has none."""
+    """`config`'s `name`, with an unset activation read as what the torso then runs (its
+    own): a checkpoint saved before `--activation` existed has none."""
     value = config.get(name)
-    if name == "activation" and value is None and config.model.torso in ACTIVATION_TORSOS:
-        return "relu"
+    if name == "activation" and value is None:
+        return TORSO_ACTIVATIONS.get(config.model.torso)
     return value

@@ -40,7 +40,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from gazelle.config.core import Config
-from gazelle.config.validation import ACTIVATION_TORSOS
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
@@ -120,7 +119,6 @@ for _families in IMPALA_PRESETS.values():
         _values.setdefault("popart", False)  # the seed's value head and advantages
         _values.setdefault("reward_clipping", "abs_one")  # the seed's
         _values.setdefault("init", "seed")  # the seed's Sonnet initialisation
-        _values.setdefault("activation", "relu")  # the seed's
 
 #: APPO: the IMPALA preset of the same family and name, then these. Several passes per
 #: batch (epochs x minibatches optimiser steps), PPO's clip on the ratio to the actors'
@@ -290,8 +288,4 @@ def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
         updates["model"] = default_torso(frame_is_image, cuda)
         if config.algo == "a3c" and frame_is_image:
             updates["model"] = "universe"  # the seed's conv torso
-    # why: a preset's activation is for the torsos that take one; universe has its ELU, mlp
-    # its tanh, a user's torso its own (an activation the user named for one is refused).
-    if updates.get("model", config.model.torso) not in ACTIVATION_TORSOS:
-        updates.pop("activation", None)
     return config.replace(**updates)

@@ -56,9 +56,9 @@ class ModelConfig:
     `gazelle.register_torso`, or a `module:attr` factory path; auto = mlp for vectors; for
     images deep when the learner has a GPU, shallow on a CPU (the deep torso is 7x slower)."""
     activation: str | None = None
-    """Activation of the deep, shallow and nature torsos: relu (their papers') or elu
-    (no unit stops passing a gradient for good); unset: the preset's (relu), none for the
-    other torsos (universe has ELU, mlp tanh)."""
+    """Activation of the deep, shallow, nature and universe torsos: relu or elu (no unit
+    stops passing a gradient for good); unset: the torso's own (relu; universe: elu, the
+    starter agent's). Other torsos take none (mlp has tanh)."""
     use_lstm: bool | None = None
     """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
     family's preset (off for vector observations: turn it on for a task with hidden state;

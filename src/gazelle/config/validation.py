@@ -17,8 +17,9 @@ OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
 BACKEND_CHOICES = ("local", "ray")
 INIT_CHOICES = ("seed", "universe", "torch")
 ACTIVATION_CHOICES = ("relu", "elu")
-#: The torsos that take `--activation` (`gazelle.models.torsos.WITH_ACTIVATION`).
-ACTIVATION_TORSOS = ("deep", "shallow", "nature")
+#: The torsos that take `--activation`, and theirs when it is unset
+#: (`gazelle.models.torsos.WITH_ACTIVATION`).
+TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
 
 
@@ -65,11 +66,11 @@ def validate(config: Config) -> Config:
     check.choice("init", INIT_CHOICES, allow_none=True)
     check.choice("activation", ACTIVATION_CHOICES, allow_none=True)
     torso = config.model.torso
-    if config.model.activation is not None and torso not in ("auto", *ACTIVATION_TORSOS):
+    if config.model.activation is not None and torso not in ("auto", *TORSO_ACTIVATIONS):
         raise ConfigError(
             "activation",
             config.model.activation,
-            f"unset with --model {torso} (only {' | '.join(ACTIVATION_TORSOS)} take one)",
+            f"unset with --model {torso} (only {' | '.join(TORSO_ACTIVATIONS)} take one)",
         )
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)

@@ -13,12 +13,14 @@ inside (`/ 255`); the `mlp` torso takes float32 vectors `[N, D]` as they are.
 | `universe` | A3C starter agent: 4 x (conv 32 3x3 s2 'same', ELU), flatten        | 32*h*w |
 | `mlp`      | vectors: linear 64, tanh, linear 64, tanh                           | 64     |
 
-`deep`, `shallow` and `nature` take an `activation` (`ACTIVATIONS`): `relu`, their papers'
-and every preset's, or `elu` (the starter agent's; its slope never reaches 0). On Pong's
+`deep`, `shallow`, `nature` and `universe` take an `activation` (`ACTIVATIONS`): `relu`
+(the first three's own, as in their papers) or `elu` (`universe`'s own, the starter
+agent's; its slope never reaches 0). On Pong's
 frames, almost all one colour, 240 of the shallow torso's 256 linear units never fired from
 ~0.1-0.4M frames on (IMPALA and APPO alike): a ReLU pushed below zero on every frame passes
 no gradient again. ELU halved APPO's frames on Pong (a leaky ReLU did not) and failed
-Breakout (2 seeds each; docs/results.md, "ELU in the torso").
+Breakout (2 seeds each), and A3C's `universe` torso learned Breakout with ReLU where its
+ELU never had (one seed; docs/results.md, "ELU in the torso").
 
 `universe` keeps the starter agent's design: the flattened conv output goes straight to the
 core (no linear layer), so its size follows the frame (288 for its 42x42 frames).
@@ -219,11 +221,12 @@ class UniverseTorso(Torso):
     """The A3C starter agent's conv stack: uint8 `[N, C, H, W]` -> `[N, 32*h*w]`
     (`h = ceil(H/16)`, `w = ceil(W/16)`; 288 for 42x42 frames)."""
 
-    def __init__(self, frame_shape: tuple[int, ...], num_layers: int = 4):
+    def __init__(self, frame_shape: tuple[int, ...], num_layers: int = 4, activation: str = "elu"):
         super().__init__(frame_shape)
         layers: list[nn.Module] = []
         for i in range(num_layers):
-            layers += [SameConv2d(frame_shape[0] if i == 0 else 32, 32, 3, 2), nn.ELU()]
+            conv = SameConv2d(frame_shape[0] if i == 0 else 32, 32, 3, 2)
+            layers += [conv, activation_module(activation)]
         self.convs = nn.Sequential(*layers)
         self.output_size = self._conv_output_size(self.convs)
 
@@ -273,8 +276,8 @@ def check_frames(name: str, cls: type[Torso], frame_shape: tuple[int, ...]) -> N
         )
 
 
-#: The torsos that take an `activation`.
-WITH_ACTIVATION = ("deep", "shallow", "nature")
+#: The torsos that take an `activation`, and theirs when none is given.
+WITH_ACTIVATION = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 
 
 def make_torso(name: str, frame_shape: tuple[int, ...], activation: str | None = None) -> Torso:
@@ -282,7 +285,7 @@ def make_torso(name: str, frame_shape: tuple[int, ...], activation: str | None =
 
     `name` is a built-in torso (`TORSOS`), one registered with `gazelle.register_torso`, or
     a `module:attr` factory path (`gazelle.models.custom`). `activation` (`ACTIVATIONS`) is
-    for the torsos of `WITH_ACTIVATION`; None: the torso's own (relu for those).
+    for the torsos of `WITH_ACTIVATION`; None: the torso's own.
 
     Raises:
         ValueError: an unknown name, an image torso for vector frames (or the reverse), or
