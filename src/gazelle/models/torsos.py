@@ -19,8 +19,8 @@ agent's; its slope never reaches 0). On Pong's
 frames, almost all one colour, 240 of the shallow torso's 256 linear units never fired from
 ~0.1-0.4M frames on (IMPALA and APPO alike): a ReLU pushed below zero on every frame passes
 no gradient again. ELU halved APPO's frames on Pong (a leaky ReLU did not) and failed
-Breakout (2 seeds each), and A3C's `universe` torso learned Breakout with ReLU where its
-ELU never had (one seed; docs/results.md, "ELU in the torso").
+Breakout (2 seeds each); A3C's `universe` torso with ReLU went further on Breakout than
+any run with its ELU (one seed; docs/results.md, "ELU in the torso").
 
 `universe` keeps the starter agent's design: the flattened conv output goes straight to the
 core (no linear layer), so its size follows the frame (288 for its 42x42 frames).
