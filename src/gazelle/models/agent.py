@@ -51,8 +51,8 @@ class Agent(nn.Module):
         last_action_reward: the core also gets the clipped last reward and the one-hot last
             action (the IMPALA seed's agent); False: the torso's features (and the
             instruction) alone, as the A3C starter agent's LSTM.
-        activation: of the deep, shallow and nature torsos (`gazelle.models.torsos`):
-            relu | elu; None: the torso's own.
+        activation: of the deep, shallow, nature and universe torsos
+            (`gazelle.models.torsos`): relu | elu; None: the torso's own.
         num_levels: value outputs, one per level (`ValueHead`): a multi-task run with PopArt
             keeps a normalised value and its statistics per level, as the PopArt paper's
             DMLab-30 agent; `step` and `unroll` then need each row's `level` id.

@@ -100,7 +100,7 @@ class Torso(nn.Module):
             ) from error
 
 
-#: `activation` names of the deep, shallow and nature torsos.
+#: `activation` names of the torsos of `WITH_ACTIVATION`.
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "elu": nn.ELU}
 
 
@@ -161,7 +161,8 @@ class DeepTorso(Torso):
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
-        # why: modules, not F.relu, so that `gazelle.runtime.unit_health` sees their units.
+        # why: modules, not F.relu, so that `gazelle.runtime.unit_health` sees their units
+        # (named relu whatever the activation: the layer names it reports stay the same).
         self.conv_relu, self.relu = activation_module(activation), activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
@@ -185,7 +186,8 @@ class ShallowTorso(Torso):
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.output_size = 256
-        # why: a module, so that `gazelle.runtime.unit_health` sees it
+        # why: a module, so that `gazelle.runtime.unit_health` sees it; still named `relu`
+        # whatever the activation, so that the layer names it reports stay the same.
         self.relu = activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
@@ -210,7 +212,8 @@ class NatureTorso(Torso):
         )
         self.linear = nn.Linear(self._conv_output_size(self.convs), 512)
         self.output_size = 512
-        # why: a module, so that `gazelle.runtime.unit_health` sees it
+        # why: a module, so that `gazelle.runtime.unit_health` sees it; still named `relu`
+        # whatever the activation, so that the layer names it reports stay the same.
         self.relu = activation_module(activation)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
