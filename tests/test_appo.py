@@ -96,6 +96,13 @@ def test_normalised_advantages_are_the_step_by_step_targets_scaled():
     got, metrics = grad_in_logits(agent, functools.partial(appo_loss, settings=settings), batch)
     torch.testing.assert_close(got[: len(want)], want, rtol=1e-4, atol=1e-6)
     assert float(metrics["appo/advantage_mean"]) == pytest.approx(float(advantages.mean()), 1e-4)
+    assert float(metrics["appo/advantage_std"]) == pytest.approx(float(advantages.std()), 1e-4)
+    # on-policy with the clip out of reach, the policy term's gradient in the logits is the
+    # closed form the metric reports (the steps past the unroll's end carry none)
+    assert float(metrics["policy/pg_logit_grad_norm"]) == pytest.approx(
+        float(torch.linalg.vector_norm(got)), rel=1e-4
+    )
+    assert float(metrics["policy/entropy_logit_grad_norm"]) == 0.0  # entropy_cost 0
 
 
 class CountingLearner:

@@ -67,7 +67,7 @@ def appo_loss(
         # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
         next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)
         advantages = (view.rewards + view.discounts * next_vs - view.values) / sigma
-        raw_mean = advantages.mean()
+        raw_mean, raw_std = advantages.mean(), advantages.std()
         if settings.normalize_advantages:
             advantages = normalized(advantages)
     policy, policy_metrics = clipped_surrogate_loss(
@@ -81,6 +81,14 @@ def appo_loss(
         **policy_metrics, **baseline_metrics, **entropy_metrics,
         "losses/total": total.detach(),
         "appo/advantage_mean": raw_mean,
+        "appo/advantage_std": raw_std,
         "vtrace/kl_behaviour_target": (-targets.log_rhos).mean(),
     }  # fmt: skip
+    # The two policy forces at ratio 1 (the surrogate's gradient before the ratio and the
+    # clip): where the entropy term's is of the advantages' size, it steers the policy.
+    metrics.update(
+        actor_critic.logit_grad_norms(
+            view.target_logits, view.actions, advantages, impala.entropy_cost
+        )
+    )
     return total, metrics
