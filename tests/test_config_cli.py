@@ -1,5 +1,6 @@
 """Config validation and the CLI's handling of bad input: one clear line, no traceback."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -314,7 +315,8 @@ def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
     from torch import nn
 
     from gazelle.algorithms.a3c.loop import a3c_agent, worker_specs
-    from gazelle.algorithms.common import prepare
+    from gazelle.algorithms.a3c.report import describe as describe_a3c
+    from gazelle.algorithms.common import model_words, prepare
     from gazelle.algorithms.impala.build import actor_specs
     from gazelle.runtime.actor import actor_agent
 
@@ -334,3 +336,8 @@ def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
         for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):
             kinds = {type(m) for m in agent.torso.modules()}
             assert want in kinds and other not in kinds
+        # the run's first log line names it (unset: the torso alone)
+        assert model_words(config) == f"{torso} activation={activation}"
+        assert model_words(dataclasses.replace(config, model=dataclasses.replace(
+            config.model, activation=None))) == torso  # fmt: skip
+    assert "model=universe activation=relu workers=" in describe_a3c(config, 2)

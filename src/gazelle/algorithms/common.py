@@ -35,6 +35,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def model_words(config: Config) -> str:
+    """The torso as a run's first log line names it: `shallow`, or `universe activation=relu`
+    where `--activation` was given (unset: the torso's own, not named)."""
+    model = config.model
+    return model.torso + (f" activation={model.activation}" if model.activation else "")
+
+
 def env_kwargs(config: Config) -> dict[str, Any]:
     """Keyword arguments of `gazelle.envs.make` from the env section."""
     env = config.env

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from gazelle.algorithms.a3c.worker import MEASURE_EVERY
+from gazelle.algorithms.common import model_words
 from gazelle.algorithms.stops import NonFiniteCount
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
@@ -97,7 +98,7 @@ def describe(config: Config, workers: int) -> str:
     inputs = "features+reward+action" if a3c.last_action_reward else "features"
     rollouts = "to episode end" if a3c.end_rollout_at_episode_end else "fixed"
     return (
-        f"gazelle: a3c ({a3c.preset}) on {env.id}: model={config.model.torso} "
+        f"gazelle: a3c ({a3c.preset}) on {env.id}: model={model_words(config)} "
         f"workers={workers}x{config.actors.envs_per_actor} envs "
         f"frames={env.atari_frames or 'as the env'} core_inputs={inputs} "
         f"init={config.model.init} advantages={a3c.advantage_values} values "

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from gazelle.algorithms import stops
+from gazelle.algorithms.common import model_words
 from gazelle.algorithms.impala.build import ImpalaRun
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.logging import RunLogger, Timings
@@ -95,7 +96,7 @@ def describe(run: ImpalaRun) -> str:
             f"lambda={section.vtrace_lambda:g} "
         )
     return (
-        f"gazelle: {cfg.algo} on {env.id}{atari}: model={cfg.model.torso} "
+        f"gazelle: {cfg.algo} on {env.id}{atari}: model={model_words(cfg)} "
         f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
         f"inference={cfg.actors.inference} device={run.device} B={run.batch_size} "
         f"T={run.unroll_length} optimizer={cfg.algorithm.optimizer} lr={run.learning_rate:g} "
