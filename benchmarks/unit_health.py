@@ -1,6 +1,7 @@
 """The units of a trained agent, layer by layer: plays a run's checkpoint on its own env and
-reads which ReLU units never fire and how many LSTM gates are saturated, next to a freshly
-initialised agent of the same config on the same frames.
+reads which ReLU units never fire (ELU units: input below -3 on every step) and how many
+LSTM gates are saturated, next to a freshly initialised agent of the same config on the same
+frames.
 
 The training loops log the worst layer of each group on one update in ten
 (`layers/dead_units/<group>`, `layers/saturated_gates/<group>`, `gazelle.runtime.
@@ -10,9 +11,10 @@ unit_health`); this names every layer, on frames the agent chose itself (docs/re
     python benchmarks/unit_health.py /work/runs/pong-default --steps 400
     python benchmarks/unit_health.py RUN --checkpoint RUN/checkpoint.pt.prev --json
 
-Per network: each `nn.ReLU`'s dead share (units zero on every step), the saturated share of
-each `nn.LSTM`'s gates, the RMS of the torso's output, and per layer group the gradient norm
-of `sum log pi(a_t) + sum V(x_t)` over the steps (how much signal reaches each group).
+Per network: each `nn.ReLU`'s and `nn.ELU`'s dead share (`unit_health.dead_floor`), the
+saturated share of each `nn.LSTM`'s gates, the RMS of the torso's output, and per layer group
+the gradient norm of `sum log pi(a_t) + sum V(x_t)` over the steps (how much signal reaches
+each group).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gazelle.config import Config
 from gazelle.envs import expand_levels, make, obs_spec
 from gazelle.evaluate import ObsEncoder
 from gazelle.models import build_agent
-from gazelle.runtime.unit_health import dead_share, saturated_gates
+from gazelle.runtime.unit_health import dead_floor, dead_share, saturated_gates
 
 
 def play(agent: Any, env: Any, encode: ObsEncoder, steps: int, seed: int) -> dict[str, Any]:
@@ -67,10 +69,11 @@ def inspect(agent: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
     report: dict[str, Any] = {"dead_units": {}, "saturated_gates": {}}
     handles = []
     for name, module in agent.named_modules():
-        if isinstance(module, nn.ReLU):
+        floor = dead_floor(module)
+        if floor is not None:
             handles.append(module.register_forward_hook(
-                lambda _m, _i, out, name=name: report["dead_units"].__setitem__(
-                    name, float(dead_share(out)))))  # fmt: skip
+                lambda _m, _i, out, name=name, floor=floor: report["dead_units"].__setitem__(
+                    name, float(dead_share(out, floor)))))  # fmt: skip
         elif isinstance(module, nn.LSTM):
 
             def lstm_hook(m: nn.Module, ins: Any, out: Any, name: str = name) -> None:

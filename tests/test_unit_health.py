@@ -14,7 +14,13 @@ from torch import nn
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.models import Agent
 from gazelle.runtime.learner import HEALTH_EVERY, Learner
-from gazelle.runtime.unit_health import UnitHealth, dead_share, saturated_gates
+from gazelle.runtime.unit_health import (
+    ELU_FLOOR,
+    UnitHealth,
+    dead_floor,
+    dead_share,
+    saturated_gates,
+)
 from gazelle.types import ObsSpec
 
 SPEC = ObsSpec((4, 36, 36), np.dtype(np.uint8), num_actions=3)
@@ -254,3 +260,11 @@ def test_the_benchmark_reads_the_checkpoint_layer_by_layer(small_config, tmp_pat
     assert 0.0 <= fresh["saturated_gates"]["core.lstm"] < 0.05
     assert set(trained["grad_norm"]) == {"torso", "core", "policy", "baseline"}
     assert fresh["entropy"] == pytest.approx(np.log(3), abs=0.05)  # Catch: 3 actions
+
+
+def test_dead_floor_is_the_one_rule_for_relu_and_elu_units():
+    """The training loops' hooks and benchmarks/unit_health.py read units by this rule."""
+    assert dead_floor(torch.nn.ReLU()) == 0.0
+    assert dead_floor(torch.nn.ELU()) == ELU_FLOOR
+    assert dead_floor(torch.nn.ELU(alpha=0.5)) is None  # its floor would differ
+    assert dead_floor(torch.nn.Tanh()) is None

@@ -50,6 +50,16 @@ def dead_share(activations: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
     return (per_unit > floor).any(dim=1).logical_not().float().mean()
 
 
+def dead_floor(module: nn.Module) -> float | None:
+    """The output at or below which a unit of `module` counts as dead (`dead_share`): 0 for
+    a ReLU, `ELU_FLOOR` for an ELU of alpha 1; None for any other module."""
+    if isinstance(module, nn.ReLU):
+        return 0.0
+    if isinstance(module, nn.ELU) and module.alpha == 1.0:
+        return ELU_FLOOR
+    return None
+
+
 def saturated_gates(
     lstm: nn.LSTM, inputs: torch.Tensor, h0: torch.Tensor, outputs: torch.Tensor
 ) -> tuple[torch.Tensor, int]:
@@ -76,10 +86,9 @@ class UnitHealth:
         self._targets: list[tuple[nn.Module, Callable[..., None]]] = []
         for group, child in module.named_children():
             for sub in child.modules():
-                if isinstance(sub, nn.ReLU):
-                    self._targets.append((sub, self._unit_hook(group, 0.0)))
-                elif isinstance(sub, nn.ELU) and sub.alpha == 1.0:
-                    self._targets.append((sub, self._unit_hook(group, ELU_FLOOR)))
+                floor = dead_floor(sub)
+                if floor is not None:
+                    self._targets.append((sub, self._unit_hook(group, floor)))
                 elif isinstance(sub, nn.LSTM) and sub.num_layers == 1 and not sub.bidirectional:
                     self._targets.append((sub, self._lstm_hook(group)))
 
