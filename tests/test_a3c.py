@@ -15,6 +15,7 @@ from gazelle.algorithms.a3c.rollouts import pull_rollouts
 from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
 from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.models import Agent
+from gazelle.runtime.schedule import LinearDecay
 from gazelle.types import ObsSpec
 
 CTX = mp.get_context("spawn")
@@ -134,8 +135,9 @@ def test_the_learning_rate_decays_linearly_over_the_frames_when_asked():
     grads_of = lambda server: [torch.full_like(p, 0.5) for p in server.params]  # noqa: E731
     constant = SharedAdamServer(Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01)
     decayed = SharedAdamServer(
-        Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01, decay_frames=1000
-    )
+        Agent(SPEC, "mlp", core_size=8), num_workers=1, lr=0.01,
+        schedule=LinearDecay.fresh(0.01, 1000),
+    )  # fmt: skip
     for server in (constant, decayed):
         server.add_frames(0, 250)
     assert constant.learning_rate() == 0.01
@@ -149,6 +151,10 @@ def test_the_learning_rate_decays_linearly_over_the_frames_when_asked():
         )
     decayed.add_frames(0, 2000)  # past the budget: no step at all
     assert decayed.learning_rate() == 0.0
+    # a resume with a longer budget hands the server the continued schedule
+    longer = LinearDecay.fresh(0.01, 1000).resumed(2250, LinearDecay.fresh(0.01, 4500))
+    decayed.set_schedule(longer)
+    assert decayed.learning_rate() == pytest.approx(0.005)
 
 
 class OneCellServer(SharedAdamServer):
@@ -244,8 +250,15 @@ def test_a3c_trains_checkpoints_resumes_and_is_tested(small_config, tmp_path):
     assert int(state["optimizer"]["steps"].sum()) == first.updates  # shared Adam's state
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["algo"] == "a3c" and saved["a3c"]["unroll_length"] == 10
+    lr = saved["a3c"]["learning_rate"]
+    assert saved["a3c"]["learning_rate_decay"]  # the vector preset decays: a schedule saved
+    assert state["lr_schedule"] == LinearDecay.fresh(lr, 6000).to_dict()
     second = train(config.replace(total_frames=9000))
     assert second.frames >= 9000 and second.updates > first.updates
+    # the first run had reached its end (rate 0): the resume takes the 9000 budget's line
+    assert checkpoint.load(tmp_path / "checkpoint.pt")["lr_schedule"] == (
+        LinearDecay.fresh(lr, 9000).to_dict()
+    )
     results = evaluate(tmp_path, episodes=2, verbose=False)
     assert len(results["levels"]["CartPole-v1"]["returns"]) == 2
 

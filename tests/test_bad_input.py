@@ -124,20 +124,3 @@ def test_resuming_with_another_activation_is_one_line_and_an_older_run_reads_as_
     assert _network_value(older, "activation") == "relu"
     assert _network_value(older.replace(model="universe"), "activation") == "elu"
     assert _network_value(older.replace(model="mlp"), "activation") is None
-
-
-def test_resuming_with_another_budget_warns_that_the_learning_rate_steps(tmp_path, capsys):
-    """The rate decays to 0 at --total-frames: a new budget moves it where the run resumes
-    (a run resumed at 6M frames of 50M with 9M went from 0.88x to 0.33x of its rate)."""
-    from gazelle.algorithms.preflight import warn_schedule_moves
-    from gazelle.config import Config
-
-    saved = Config.of(env="CartPole-v1", total_frames=50_000_000)
-    warn_schedule_moves(saved, saved.replace(total_frames=9_000_000))
-    out = capsys.readouterr().out
-    assert "--total-frames 9,000,000 (the run was started with 50,000,000)" in out
-    warn_schedule_moves(saved, saved)  # the same budget: the same schedule
-    a3c = Config.of(algo="a3c", env="CartPole-v1", total_frames=50_000_000,
-                    learning_rate_decay=False)  # fmt: skip
-    warn_schedule_moves(a3c, a3c.replace(total_frames=9_000_000))  # a constant rate
-    assert capsys.readouterr().out == ""

@@ -1,10 +1,12 @@
-"""RMSpropTF against TensorFlow 1's RMSProp update written out by hand, and the LR schedule."""
+"""RMSpropTF against TensorFlow 1's RMSProp update written out by hand, and the LR schedule
+(fresh, and across a resume with another budget or rate)."""
 
 import numpy as np
 import pytest
 import torch
 
-from gazelle.optim import RMSpropTF, make_optimizer, polynomial_decay
+from gazelle.optim import RMSpropTF, make_optimizer
+from gazelle.runtime.schedule import LinearDecay
 
 
 def tf_rmsprop_reference(p0, grads, lr, decay, momentum, eps):
@@ -50,8 +52,51 @@ def test_unknown_optimizer_is_a_clear_error():
         make_optimizer("adamw", [torch.nn.Parameter(torch.ones(1))], 0.1, 0.9, 0.0, 0.1)
 
 
-def test_polynomial_decay_is_linear_to_zero():
-    assert polynomial_decay(0.5, 0, 100) == 0.5
-    assert polynomial_decay(0.5, 25, 100) == pytest.approx(0.375)
-    assert polynomial_decay(0.5, 100, 100) == 0.0
-    assert polynomial_decay(0.5, 150, 100) == 0.0
+def test_a_fresh_schedule_is_the_seeds_linear_decay_to_zero():
+    """`tf.train.polynomial_decay(lr, step, total, end=0, power=1)`: lr * (1 - step/total),
+    held at 0 past the end."""
+    fresh = LinearDecay.fresh(0.5, 100)
+    assert fresh == LinearDecay(0.5, 0, 100, 0.5)
+    for frames in (0, 25, 60, 100, 150):
+        assert fresh(frames) == pytest.approx(0.5 * (1 - min(frames, 100) / 100))
+
+
+def test_a_resumed_schedule_continues_without_a_step_and_learns_after_its_end():
+    saved = LinearDecay.fresh(0.5, 100)
+    # the same command: the same schedule, exactly
+    assert saved.resumed(40, LinearDecay.fresh(0.5, 100)) is saved
+    # a longer budget mid-run: from where it was (0.3 at 40) to 0 at 200, no step
+    longer = saved.resumed(40, LinearDecay.fresh(0.5, 200))
+    assert longer(40) == pytest.approx(saved(40)) == pytest.approx(0.3)
+    assert longer(120) == pytest.approx(0.15) and longer(200) == 0.0
+    # a shorter one: still no step, and 0 at the new end
+    shorter = saved.resumed(40, LinearDecay.fresh(0.5, 60))
+    assert shorter(40) == pytest.approx(0.3) and shorter(50) == pytest.approx(0.15)
+    assert shorter(60) == 0.0
+    # the run had finished (rate 0): the new budget's own line, not 0 forever
+    finished = saved.resumed(100, LinearDecay.fresh(0.5, 200))
+    assert finished == LinearDecay.fresh(0.5, 200) and finished(100) == pytest.approx(0.25)
+    # another rate: that rate from here on, down to 0 at the end
+    other = saved.resumed(40, LinearDecay.fresh(0.1, 100))
+    assert other(40) == pytest.approx(0.1) and other(70) == pytest.approx(0.05)
+    # a chain of budget changes keeps the rate continuous at every resume
+    again = longer.resumed(120, LinearDecay.fresh(0.5, 300))
+    assert again(120) == pytest.approx(longer(120)) and again(300) == 0.0
+    assert again.resumed(150, LinearDecay.fresh(0.5, 300)) is again
+    assert LinearDecay.from_dict(again.to_dict()) == again
+
+
+def test_a_checkpoint_saved_before_schedules_were_kept_reads_its_configs():
+    """Older checkpoints hold no `lr_schedule`: their config's rate and budget make it (a
+    constant A3C rate makes none)."""
+    from gazelle.algorithms.runstate import _saved_schedule
+    from gazelle.config import Config
+
+    impala = Config.of(env="CartPole-v1", total_frames=5000, learning_rate=0.002)
+    assert _saved_schedule({}, impala) == LinearDecay.fresh(0.002, 5000)
+    constant = Config.of(algo="a3c", env="CartPole-v1", total_frames=5000,
+                         learning_rate=0.001, learning_rate_decay=False)  # fmt: skip
+    assert _saved_schedule({}, constant) is None
+    kept = LinearDecay(0.001, 300, 900, 0.002)
+    assert _saved_schedule({"lr_schedule": kept.to_dict()}, impala) == kept
+    assert _saved_schedule({"lr_schedule": None}, impala) is None

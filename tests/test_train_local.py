@@ -52,6 +52,34 @@ def test_run_logs_checkpoints_and_resumes_exactly(tmp_path):
     assert resumed["updates"] == second.updates
 
 
+def test_a_resume_with_another_budget_keeps_the_learning_rate_continuous(tmp_path, capsys):
+    """A run stopped early (its target reached at F frames of 20,000) and resumed with a
+    6,000 budget goes on from the rate it had at F down to 0 at 6,000, not from the 6,000
+    budget's own line (a step down from 0.87x to 0.6x of the rate at F ~ 2,400)."""
+    from gazelle.runtime.schedule import LinearDecay
+
+    first = train(Config.of(**SMALL, total_frames=20_000, target_return=5.0, logdir=str(tmp_path)))
+    stopped = first.frames
+    assert stopped < 10_000, "the target (a full window of episodes) should stop it early"
+    lr = json.loads((tmp_path / "config.json").read_text())["impala"]["learning_rate"]
+    saved = checkpoint.load(tmp_path / "checkpoint.pt")["lr_schedule"]
+    assert saved == LinearDecay.fresh(lr, 20_000).to_dict()
+    capsys.readouterr()
+    train(Config.of(**SMALL, total_frames=6000, logdir=str(tmp_path)))
+    assert "the learning rate goes on from" in capsys.readouterr().out
+    schedule = LinearDecay.from_dict(checkpoint.load(tmp_path / "checkpoint.pt")["lr_schedule"])
+    at_stop = lr * (1 - stopped / 20_000)
+    assert schedule == LinearDecay(at_stop, stopped, 6000, lr)
+    rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    after = [r for r in rows if r["frames"] > stopped and "charts/learning_rate" in r]
+    assert after, "the resumed run logs its learning rate"
+    # why: a row's rate was set before the batch it logs, so it lies between the schedule at
+    # the row's frames and the rate at the resume.
+    for row in after:
+        assert schedule(row["frames"]) - 1e-12 <= row["charts/learning_rate"] <= at_stop + 1e-12
+    assert after[0]["charts/learning_rate"] > lr * (1 - stopped / 6000) * 1.1
+
+
 def test_resume_restores_optimizer_and_weights(tmp_path, monkeypatch):
     config = Config.of(**SMALL, total_frames=800, logdir=str(tmp_path))
     train(config)

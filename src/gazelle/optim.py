@@ -1,4 +1,4 @@
-"""Optimisers and schedules of the IMPALA seed, in PyTorch.
+"""Optimisers of the IMPALA seed, in PyTorch (the rate schedule: `gazelle.runtime.schedule`).
 
 `RMSpropTF` is TensorFlow 1's `RMSPropOptimizer`, which the seed trains with. It differs from
 `torch.optim.RMSprop` in two ways that matter with the seed's `epsilon=0.1`:
@@ -72,9 +72,3 @@ def make_optimizer(
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, eps=eps)
     raise ValueError(f"optimizer: invalid value {kind!r}; allowed: rmsprop_tf | rmsprop | adam")
-
-
-def polynomial_decay(initial: float, frames: int, total_frames: int, power: float = 1.0) -> float:
-    """The seed's `tf.train.polynomial_decay` to 0: `initial * (1 - frames/total) ** power`."""
-    progress = min(max(frames, 0), total_frames) / total_frames
-    return initial * (1.0 - progress) ** power

@@ -74,22 +74,6 @@ def check_logdir(config: Config) -> None:
                 f"{saved.get(key)!r}, as the run in {logdir} that this one would resume; or "
                 "another --logdir, or --no-resume",
             )
-    warn_schedule_moves(saved, config)
-
-
-def warn_schedule_moves(saved: Config, config: Config) -> None:
-    """A resumed run whose learning rate decays to 0 over `--total-frames` (IMPALA and
-    APPO always, A3C with `--learning-rate-decay`) follows the new budget's schedule from
-    the checkpoint on: a step in the rate where it resumes. Says so, with both budgets."""
-    old, new = saved.run.total_frames, config.run.total_frames
-    decays = config.algo != "a3c" or bool(config.a3c.learning_rate_decay)
-    if old is None or new is None or old == new or not decays:
-        return
-    print(
-        f"gazelle: warning: --total-frames {new:,} (the run was started with {old:,}): the "
-        f"learning rate decays linearly to 0 at --total-frames, so from the checkpoint on it "
-        f"is lr * (1 - frames / {new:,}), a step from where the run left it"
-    )
 
 
 def check_wandb(config: Config) -> None:

@@ -16,6 +16,7 @@ import torch
 from gazelle import checkpoint
 from gazelle.config import Config
 from gazelle.config.validation import TORSO_ACTIVATIONS
+from gazelle.runtime.schedule import LinearDecay
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
@@ -78,10 +79,12 @@ def save(
     episodes: int,
     levels: list[str],
     returns: dict[str, list[float]] | None = None,
+    lr_schedule: LinearDecay | None = None,
 ) -> None:
     """An atomic checkpoint with everything an exact resume needs; never one of non-finite
     weights (the previous checkpoint stays, and a line says so). `returns`: the logger's
-    recent-return windows (`RunLogger.returns_state`)."""
+    recent-return windows (`RunLogger.returns_state`); `lr_schedule`: the decay the run
+    follows (None: a constant rate)."""
     if not all(bool(torch.isfinite(p).all()) for p in agent.parameters()):
         print(f"gazelle: the weights are not finite; {path} keeps the last good checkpoint")
         return
@@ -97,6 +100,7 @@ def save(
             "config": config.to_dict(),
             "levels": list(levels),
             "returns": dict(returns or {}),
+            "lr_schedule": None if lr_schedule is None else lr_schedule.to_dict(),
         },
     )
 
@@ -109,8 +113,9 @@ def restore(
     device: torch.device,
 ) -> dict[str, Any]:
     """Load a checkpoint into `agent` and `optimizer` (and the RNGs); returns its counters
-    (`frames`, `updates`, `episodes`), the logger's recent-return windows (`returns`) and
-    the file it loaded (`source`).
+    (`frames`, `updates`, `episodes`), the logger's recent-return windows (`returns`), the
+    learning-rate decay it was saved with (`lr_schedule`, a `LinearDecay` or None) and the
+    file it loaded (`source`).
 
     Raises ValueError naming the flag when the checkpoint was trained with another env,
     torso, core or algorithm (a checkpoint of gazelle 0.1, saved before the config had
@@ -141,8 +146,41 @@ def restore(
         "updates": int(state["updates"]),
         "episodes": int(state.get("episodes", 0)),
         "returns": {str(k): [float(r) for r in v] for k, v in state.get("returns", {}).items()},
+        "lr_schedule": _saved_schedule(state, saved),
         "source": str(source),
     }
+
+
+def resume_schedule(saved: LinearDecay | None, frames: int, fresh: LinearDecay) -> LinearDecay:
+    """The learning-rate decay a run resumed at `frames` follows (`LinearDecay.resumed`):
+    its checkpoint's (`saved`), continued without a step where the command's budget or rate
+    differs (`fresh`: what the command asks for from frame 0), and a line that says so."""
+    if saved is None:
+        return fresh
+    schedule = saved.resumed(frames, fresh)
+    if schedule == saved:
+        return schedule
+    if fresh.base_lr != saved.base_lr:
+        why = f"--learning-rate {fresh.base_lr:g} (the run was saved with {saved.base_lr:g})"
+    else:
+        why = f"--total-frames {fresh.end_frames:,} (the run was saved with {saved.end_frames:,})"
+    if schedule is fresh:
+        how = f"its rate had reached 0, so it takes the new budget's line: {fresh(frames):.3g}"
+    else:
+        how = f"the learning rate goes on from {schedule.lr:.3g}"
+    print(f"gazelle: {why}: {how} at {frames:,} frames, down to 0 at {schedule.end_frames:,}")
+    return schedule
+
+
+def _saved_schedule(state: dict[str, Any], saved: Config) -> LinearDecay | None:
+    """The checkpoint's decay; for one saved before checkpoints held it, its config's
+    (`--learning-rate` at frame 0 down to 0 at `--total-frames`, where the algorithm decays)."""
+    if "lr_schedule" in state:
+        kept = state["lr_schedule"]
+        return None if kept is None else LinearDecay.from_dict(kept)
+    lr, total = saved.algorithm.learning_rate, saved.run.total_frames
+    decays = saved.algo != "a3c" or bool(saved.a3c.learning_rate_decay)
+    return LinearDecay.fresh(float(lr), int(total)) if decays and lr and total else None
 
 
 def write_config(logdir: Path, config: Config) -> None:

@@ -14,10 +14,13 @@ Every wait has a timeout, and every queue behind these is bounded.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from gazelle.runtime.schedule import LinearDecay
 
 #: Stats an actor reports once per unroll (`Fleet.poll`, event type "unroll"): seconds per
 #: env step spent in each stage.
@@ -124,6 +127,10 @@ class ParameterServer(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, object]) -> None: ...
+
+    def set_schedule(self, schedule: LinearDecay | None) -> None:
+        """Follow `schedule` from now on (None: a constant rate); before the workers start."""
+        ...
 
 
 class WorkerContext(Protocol):

@@ -23,6 +23,7 @@ from gazelle.algorithms.runstate import (
     TrainResult,
     interruptible,
     restore,
+    resume_schedule,
     save,
     write_config,
 )
@@ -41,6 +42,7 @@ from gazelle.logging import RunLogger, Timings
 from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Fleet, ParameterServer
+from gazelle.runtime.schedule import LinearDecay
 from gazelle.tracking import open_run_logger
 from gazelle.types import ObsSpec
 
@@ -102,9 +104,10 @@ def train(
     assert a3c.learning_rate is not None and model.use_lstm is not None
     agent = a3c_agent(config, found.obs_spec)
     specs = worker_specs(config, found)
-    decay_frames = int(config.run.total_frames or 0) if a3c.learning_rate_decay else None
+    total = int(config.run.total_frames or 0)
+    schedule = LinearDecay.fresh(a3c.learning_rate, total) if a3c.learning_rate_decay else None
     settings = trainer_settings(config, found.action_repeats)
-    server, fleet = _workers(config, agent, specs, settings, decay_frames)
+    server, fleet = _workers(config, agent, specs, settings, schedule)
     logdir = Path(config.run.logdir)
     ckpt_path = logdir / CHECKPOINT_FILE
     episodes, returns = 0, {}
@@ -114,7 +117,10 @@ def train(
         server.load_weights(agent)
         episodes = counters["episodes"]
         print(f"gazelle: resumed from {counters['source']} at {server.frame_count:,} frames")
-    total = int(config.run.total_frames or 0)
+        if schedule is not None:
+            schedule = resume_schedule(counters["lr_schedule"], server.frame_count, schedule)
+            # why: before `fleet.start()`: each worker is handed the server when it starts.
+            server.set_schedule(schedule)
     logger = open_run_logger(config, total_frames=total, resume_frames=server.frame_count or None)
     logger.load_returns_state(returns)
     write_config(logdir, config)
@@ -122,8 +128,8 @@ def train(
     timings = Timings()
     telemetry = Telemetry(logger, timings, found.levels, found.action_repeats)
     telemetry.episodes = episodes
-    run = _Run(config, agent, server, fleet, logger, telemetry, timings, found.levels)
-    watch = UpdateWatch(config, decay_frames)
+    run = _Run(config, agent, server, fleet, logger, telemetry, timings, found.levels, schedule)
+    watch = UpdateWatch(config, schedule)
     interrupted, reached_at = False, None
     fleet.start()
     try:
@@ -177,6 +183,7 @@ class _Run:
     telemetry: Telemetry
     timings: Timings
     levels: list[str]
+    schedule: LinearDecay | None
     frames: int = 0
     steps: int = 0
     start_time: float = dataclasses.field(default_factory=time.monotonic)
@@ -204,7 +211,7 @@ class _Run:
             adam = _Snapshot(self.server.state_dict())
         ckpt = Path(self.config.run.logdir) / CHECKPOINT_FILE
         save(ckpt, self.config, self.agent, adam, frames, steps, self.telemetry.episodes,
-             self.levels, self.logger.returns_state())  # fmt: skip
+             self.levels, self.logger.returns_state(), self.schedule)  # fmt: skip
 
 
 class _Snapshot:
@@ -260,7 +267,7 @@ def _workers(
     agent: Agent,
     specs: list[ActorSpec],
     settings: TrainerSettings,
-    decay_frames: int | None,
+    schedule: LinearDecay | None,
 ) -> tuple[ParameterServer, Fleet]:
     """The parameter server and the (not yet started) workers on `--backend`: local (shared
     Adam, Hogwild, worker processes) or ray (a parameter-server actor, Ray actors). Either
@@ -272,12 +279,12 @@ def _workers(
         from gazelle.backends.ray.a3c import build_workers
 
         return build_workers(
-            run_worker, agent, specs, settings, a3c.learning_rate, a3c.epsilon, decay_frames,
+            run_worker, agent, specs, settings, a3c.learning_rate, a3c.epsilon, schedule,
             actors.ray_address, actors.ray_actor_cpus, actors.actor_timeout_s,
             actors.ray_dashboard,
         )  # fmt: skip
     server = SharedAdamServer(
-        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, decay_frames=decay_frames
+        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, schedule=schedule
     )
     fleet = TaskFleet(specs, run_worker, (server, settings), actor_timeout_s=actors.actor_timeout_s)
     return server, fleet

@@ -16,6 +16,7 @@ from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
 from gazelle.runtime.layer_stats import StallWatch
+from gazelle.runtime.schedule import LinearDecay
 
 
 class UpdateWatch:
@@ -26,18 +27,18 @@ class UpdateWatch:
     Events come per worker; "in a row" counts them in the order the loop receives them.
     """
 
-    def __init__(self, config: Config, decay_frames: int | None) -> None:
+    def __init__(self, config: Config, schedule: LinearDecay | None) -> None:
         self.nonfinite = NonFiniteCount(config.run.max_nonfinite_updates)
         # why: a worker measures one update in MEASURE_EVERY (worker.py); each stands for all.
         self.stall = StallWatch(every=MEASURE_EVERY)
-        self.decay_frames = decay_frames
+        self.schedule = schedule
         self.pending: list[dict[str, Any]] = []  # since the last progress row
 
     def lr_scale(self, frames: int) -> float:
-        """The learning rate now over its initial value (linear decay, or 1)."""
-        if not self.decay_frames:
+        """The learning rate now over `--learning-rate` (its decay, or 1)."""
+        if self.schedule is None or not self.schedule.base_lr:
             return 1.0
-        return max(0.0, 1.0 - frames / self.decay_frames)
+        return self.schedule(frames) / self.schedule.base_lr
 
     def consume(self, updates: list[dict[str, Any]], frames: int, steps: int) -> None:
         """Count each update event; raises `NonFiniteError` at the limit."""

@@ -27,6 +27,7 @@ from gazelle.algorithms.runstate import (
     TrainResult,
     interruptible,
     restore,
+    resume_schedule,
     save,
     write_config,
 )
@@ -35,9 +36,9 @@ from gazelle.algorithms.telemetry import Telemetry
 from gazelle.backends.local.layout import is_per_unroll
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
-from gazelle.optim import polynomial_decay
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
+from gazelle.runtime.schedule import LinearDecay
 from gazelle.tracking import open_run_logger
 
 __all__ = ["CHECKPOINT_FILE", "NonFiniteError", "TrainResult", "train"]
@@ -133,7 +134,9 @@ def train(
         lambda should_stop: transport.batches.batches(run.batch_size, timeout, should_stop),
         run.device,
     )
-    state = _LoopState(counters["frames"], counters["updates"])
+    fresh = LinearDecay.fresh(run.learning_rate, run.total_frames)
+    schedule = resume_schedule(counters.get("lr_schedule"), counters["frames"], fresh)
+    state = _LoopState(counters["frames"], counters["updates"], schedule)
     interrupted, reached_at = False, None
     try:
         with interruptible(), stop_on_os_error():
@@ -158,6 +161,7 @@ def train(
                 telemetry.episodes,
                 run.levels,
                 logger.returns_state(),
+                state.schedule,
             ),
         )
         fps = state.fps()
@@ -185,6 +189,7 @@ def train(
 class _LoopState:
     frames: int
     updates: int
+    schedule: LinearDecay
     stale_unrolls: int = 0
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     start_time: float = dataclasses.field(default_factory=time.monotonic)
@@ -232,7 +237,7 @@ def _loop(
         telemetry.consume(transport.fleet.poll(), state.frames)
         if kept is None:
             continue
-        lr = polynomial_decay(run.learning_rate, state.frames, run.total_frames)
+        lr = state.schedule(state.frames)
         metrics = train_on_batch(run, kept, lr)
         state.frames += frames_per_unroll * int(kept["policy_version"].numel())
         if metrics["learner/skipped"]:
@@ -269,6 +274,7 @@ def _loop(
                 telemetry.episodes,
                 run.levels,
                 logger.returns_state(),
+                state.schedule,
             )
             last_ckpt = now
     return state.frames if logger.reached(target) else None

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from gazelle.runtime.schedule import LinearDecay
+
 
 class SharedAdamServer:
     """The global parameters (shared tensors) with Adam's state; implements
@@ -26,9 +28,9 @@ class SharedAdamServer:
         module: the global network; its parameters are moved to shared memory in place.
         num_workers: workers that push (each owns one step counter).
         lr, betas, eps: Adam's (torch's formula: `lr * m_hat / (sqrt(v_hat) + eps)`).
-        decay_frames: when given, the learning rate decays linearly from `lr` to 0 over this
-            many env frames (counted by `add_frames`), as the A3C paper anneals it; None keeps
-            it constant, as the starter agent does.
+        schedule: when given, the learning rate follows it (a `LinearDecay` over the env
+            frames counted by `add_frames`, as the A3C paper anneals it); None keeps `lr`
+            constant, as the starter agent does.
     """
 
     def __init__(
@@ -38,7 +40,7 @@ class SharedAdamServer:
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        decay_frames: int | None = None,
+        schedule: LinearDecay | None = None,
     ) -> None:
         module.share_memory()
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -52,7 +54,7 @@ class SharedAdamServer:
         #: Env frames each worker has trained on (the global step counts frames).
         self.frames = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.lr, self.betas, self.eps = lr, betas, eps
-        self.decay_frames = decay_frames
+        self.schedule = schedule
 
     @property
     def step_count(self) -> int:
@@ -68,10 +70,13 @@ class SharedAdamServer:
         self.frames[worker] += frames
 
     def learning_rate(self) -> float:
-        """The learning rate of the next update (see `decay_frames`)."""
-        if not self.decay_frames:
-            return self.lr
-        return self.lr * max(0.0, 1.0 - self.frame_count / self.decay_frames)
+        """The learning rate of the next update (see `schedule`)."""
+        return self.lr if self.schedule is None else self.schedule(self.frame_count)
+
+    def set_schedule(self, schedule: LinearDecay | None) -> None:
+        """Follow `schedule` from now on; a worker started after this call gets it (each
+        is handed this object when it starts)."""
+        self.schedule = schedule
 
     def pull(self, module: nn.Module) -> int:
         """Copy the global weights into a worker's local `module`; returns the step count."""

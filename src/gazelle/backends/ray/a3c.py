@@ -26,6 +26,7 @@ from gazelle.backends.ray.supervisor import Supervisor
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Work
+from gazelle.runtime.schedule import LinearDecay
 
 #: Seconds between two drains of a worker's events.
 DRAIN_S = 0.25
@@ -89,7 +90,7 @@ def build_workers(
     settings: Any,
     lr: float,
     eps: float,
-    decay_frames: int | None,
+    schedule: LinearDecay | None,
     address: str | None,
     cpus_per_worker: float,
     actor_timeout_s: float,
@@ -102,9 +103,7 @@ def build_workers(
     ray = require_ray()
     owns = connect(address, dashboard)
     check_room(len(specs), cpus_per_worker, "workers")
-    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(
-        agent, len(specs), lr, eps, decay_frames
-    )
+    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(agent, len(specs), lr, eps, schedule)
     server = RayParameterServer(host, timeout_s=actor_timeout_s)
     fleet = RayWorkerFleet(work, specs, server, settings, cpus_per_worker, actor_timeout_s, owns)
     return server, fleet

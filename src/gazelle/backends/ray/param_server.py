@@ -14,6 +14,7 @@ from torch import nn
 from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.backends.local.params import flatten, load_flat
 from gazelle.errors import RunError
+from gazelle.runtime.schedule import LinearDecay
 
 
 def first_line(error: BaseException) -> str:
@@ -27,11 +28,16 @@ class ParameterServerHost:
     arithmetic it reuses); calls run one at a time, so pushes never interleave."""
 
     def __init__(
-        self, agent: nn.Module, num_workers: int, lr: float, eps: float, decay_frames: int | None
+        self,
+        agent: nn.Module,
+        num_workers: int,
+        lr: float,
+        eps: float,
+        schedule: LinearDecay | None,
     ) -> None:
         torch.set_num_threads(1)
         self.agent = agent
-        self.adam = SharedAdamServer(agent, num_workers, lr, eps=eps, decay_frames=decay_frames)
+        self.adam = SharedAdamServer(agent, num_workers, lr, eps=eps, schedule=schedule)
 
     def pull(self) -> tuple[np.ndarray, int]:
         return flatten(self.agent).numpy(), self.adam.step_count
@@ -59,6 +65,9 @@ class ParameterServerHost:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.adam.load_state_dict(state)
+
+    def set_schedule(self, schedule: LinearDecay | None) -> None:
+        self.adam.set_schedule(schedule)
 
 
 class RayParameterServer:
@@ -129,3 +138,6 @@ class RayParameterServer:
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self._get(self.handle.load_state_dict.remote(state))
+
+    def set_schedule(self, schedule: LinearDecay | None) -> None:
+        self._get(self.handle.set_schedule.remote(schedule))
