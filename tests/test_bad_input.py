@@ -124,3 +124,26 @@ def test_resuming_with_another_activation_is_one_line_and_an_older_run_reads_as_
     assert _network_value(older, "activation") == "relu"
     assert _network_value(older.replace(model="universe"), "activation") == "elu"
     assert _network_value(older.replace(model="mlp"), "activation") is None
+
+
+def test_resuming_with_the_background_changed_is_refused_and_an_older_run_keeps_its_frames(
+    tmp_path, capsys
+):
+    """The frames' background is part of the network's input: a run resumed with it changed
+    is refused; a run saved before the flag (none in its config) resumes without it, even
+    where the preset now turns it on."""
+    from gazelle import checkpoint
+    from gazelle.algorithms.runstate import saved_config, write_config
+    from gazelle.cli import build_parser, config_from_args
+    from gazelle.config import Config
+
+    older = Config.of(env="gazelle/Catch-v0", model="shallow")
+    assert older.model.subtract_background is None  # as a config.json saved before the flag
+    write_config(tmp_path, older)
+    checkpoint.save(tmp_path / "checkpoint.pt", {"frames": 0})
+    err = train_error(["--logdir", str(tmp_path), "--subtract-background"], capsys)
+    assert "--subtract-background: invalid value True; allowed: False" in err
+    assert "--no-resume" in err
+    resumed = config_from_args(build_parser().parse_args(["train", "--logdir", str(tmp_path)]))
+    assert resumed.model.subtract_background is False
+    assert saved_config(older.to_dict()).model.subtract_background is False

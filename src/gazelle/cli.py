@@ -107,7 +107,7 @@ def saved_run(values: dict[str, Any]) -> Config | None:
     import json
     from pathlib import Path
 
-    from gazelle.algorithms.runstate import CONFIG_FILE
+    from gazelle.algorithms.runstate import CONFIG_FILE, saved_config
 
     if "logdir" not in values or values.get("resume") is False:
         return None
@@ -115,7 +115,7 @@ def saved_run(values: dict[str, Any]) -> Config | None:
     if not (logdir / "checkpoint.pt").is_file():
         return None
     try:
-        return Config.from_dict(json.loads((logdir / CONFIG_FILE).read_text()))
+        return saved_config(json.loads((logdir / CONFIG_FILE).read_text()))
     except (OSError, ValueError, TypeError, ConfigError):
         return None  # why: the preflight check names what is wrong with the directory
 

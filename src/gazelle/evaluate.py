@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from gazelle import checkpoint
-from gazelle.config import Config
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -108,6 +107,7 @@ def evaluate(
     must be registered in this process too (test mode runs here, in no child process).
     """
     from gazelle.algorithms.common import agent_obs_spec, env_kwargs
+    from gazelle.algorithms.runstate import saved_config
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
     from gazelle.models import build_agent
 
@@ -118,7 +118,7 @@ def evaluate(
         versions = ", ".join(f"{k} {v}" for k, v in trained_by["versions"].items() if v)
         commit = trained_by.get("git_commit") or "not from a git checkout"
         print(f"trained with {versions}; code {commit}")
-    config = Config.from_dict(state["config"])
+    config = saved_config(state["config"])
     levels = expand_levels(config.env.id, test_mode=True)
     torch.manual_seed(seed)
     results: dict[str, Any] = {
@@ -147,7 +147,9 @@ def evaluate(
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
                                     last_action_reward=inputs is not False,
                                     num_levels=levels_out,
-                                    activation=config.model.activation)  # fmt: skip
+                                    activation=config.model.activation,
+                                    subtract_background=bool(
+                                        config.model.subtract_background))  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(

@@ -37,9 +37,11 @@ def resolve_device(name: str) -> torch.device:
 
 def model_words(config: Config) -> str:
     """The torso as a run's first log line names it: `shallow`, or `universe activation=relu`
-    where `--activation` was given (unset: the torso's own, not named)."""
+    where `--activation` was given (unset: the torso's own, not named), then
+    `subtract_background` where the frames' background is put at 0."""
     model = config.model
-    return model.torso + (f" activation={model.activation}" if model.activation else "")
+    words = model.torso + (f" activation={model.activation}" if model.activation else "")
+    return words + (" subtract_background" if model.subtract_background else "")
 
 
 def env_kwargs(config: Config) -> dict[str, Any]:

@@ -82,6 +82,7 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
             agent = build_agent(
                 found.obs_spec, model.torso, bool(model.use_lstm), model.init,
                 activation=model.activation,
+                subtract_background=bool(model.subtract_background),
             )  # fmt: skip
             agent = agent.to(device)
             run = SimpleNamespace(

@@ -8,11 +8,12 @@ import json
 import tempfile
 from pathlib import Path
 
+from gazelle.algorithms.runstate import saved_config
 from gazelle.config import Config, ConfigError
 from gazelle.types import FRAME, IMAGE, ObsSpec
 
 #: Settings a run in a logdir must share with the one that wrote its checkpoint.
-RESUME_KEYS = ("algo", "env", "model", "use_lstm", "activation")
+RESUME_KEYS = ("algo", "env", "model", "use_lstm", "activation", "subtract_background")
 #: Values of --wandb-mode.
 WANDB_MODES = ("online", "offline")
 
@@ -41,6 +42,15 @@ def check_torso(config: Config, spec: ObsSpec) -> None:
         fitting = [name for name, cls in TORSOS.items() if cls.is_image == (len(shape) == 3)]
         allowed = " | ".join([*fitting, *registrations.torso_names()])
         raise ConfigError("model", torso, f"a torso for {shape} frames: {allowed} ({err})") from err
+    images = [f for f in spec.fields if f.kind == IMAGE]
+    if config.model.subtract_background and images:
+        try:
+            make_encoder(images[0], torso, spec, subtract_background=True)
+        except ValueError as err:
+            raise ConfigError(
+                "subtract_background", True, f"--no-subtract-background with --model {torso}"
+                f" ({err})",
+            ) from err  # fmt: skip
 
 
 def check_logdir(config: Config) -> None:
@@ -58,7 +68,7 @@ def check_logdir(config: Config) -> None:
     if not (config.run.resume and (logdir / "checkpoint.pt").exists() and saved_path.exists()):
         return
     try:
-        saved = Config.from_dict(json.loads(saved_path.read_text()))
+        saved = saved_config(json.loads(saved_path.read_text()))
     except (ValueError, TypeError, ConfigError) as err:
         raise ConfigError(
             "logdir",

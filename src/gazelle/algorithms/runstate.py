@@ -130,8 +130,8 @@ def restore(
         except OSError as err:
             kept = f" (it could not be replaced: {err})"
         print(f"gazelle: warning: {why}; resuming from {source}, the one saved before it{kept}")
-    saved = Config.from_dict(state.get("config") or {})
-    for name in ("algo", "env", "model", "use_lstm", "activation"):
+    saved = saved_config(state.get("config") or {})
+    for name in ("algo", "env", "model", "use_lstm", "activation", "subtract_background"):
         was, now = _network_value(saved, name), _network_value(config, name)
         if was != now:
             raise ValueError(
@@ -181,6 +181,18 @@ def _saved_schedule(state: dict[str, Any], saved: Config) -> LinearDecay | None:
     lr, total = saved.algorithm.learning_rate, saved.run.total_frames
     decays = saved.algo != "a3c" or bool(saved.a3c.learning_rate_decay)
     return LinearDecay.fresh(float(lr), int(total)) if decays and lr and total else None
+
+
+def saved_config(data: dict[str, Any]) -> Config:
+    """The config a run saved (its `config.json`, or its checkpoint's), with what it left
+    unset because the field came later read as what that run did: no background subtracted
+    (`--subtract-background`). Raises what `Config.from_dict` raises."""
+    saved = Config.from_dict(data)
+    if saved.model.subtract_background is None:
+        # why: a saved config is resolved, so unset means saved before the flag existed;
+        # a newer preset must not change the frames its weights were trained on.
+        saved = saved.replace(subtract_background=False)
+    return saved
 
 
 def write_config(logdir: Path, config: Config) -> None:

@@ -89,6 +89,13 @@ IMPALA_PRESETS["gazelle"]["atari"].update(
     batch_size=8, optimizer="adam", learning_rate=0.0006, epsilon=1e-8, entropy_cost=0.003,
     total_frames=50_000_000, use_lstm=False,
 )  # fmt: skip
+#: Atari frames with their background (most common byte) at 0 (`gazelle.models.torsos`):
+#: on Pong's grey screen the shallow torso lost 14 of its 16 first-layer channels and ~90%
+#: of its linear units within 0.1-0.4M frames (each Adam step moved every unit's input on
+#: the whole screen at once) and learned nothing for 5-10M frames; with the grey at 0,
+#: IMPALA reached 7.3 at 5M frames where it had been at -20.2 (docs/results.md, "The
+#: background at 0"). A black background (Breakout, SpaceInvaders) is 0 already: no change.
+IMPALA_PRESETS["gazelle"]["atari"].update(subtract_background=True)
 #: Vector tasks: no LSTM. With it, CartPole's 100-episode mean collapsed to below random
 #: (hundreds of 11-20 step episodes) and climbed back, over and over, whatever the learning
 #: rate (0.004, 0.002, 0.001), entropy cost (0.01) or optimiser (Adam, clipped or not);
@@ -119,6 +126,7 @@ for _families in IMPALA_PRESETS.values():
         _values.setdefault("popart", False)  # the seed's value head and advantages
         _values.setdefault("reward_clipping", "abs_one")  # the seed's
         _values.setdefault("init", "seed")  # the seed's Sonnet initialisation
+        _values.setdefault("subtract_background", False)  # the seed's frames / 255
 
 #: APPO: the IMPALA preset of the same family and name, then these. Several passes per
 #: batch (epochs x minibatches optimiser steps), PPO's clip on the ratio to the actors'
@@ -203,6 +211,9 @@ A3C_PRESETS["gazelle"]["vector"].update(
     envs_per_actor=4, learning_rate=2e-3, learning_rate_decay=True, grad_norm_clip=math.inf,
     use_lstm=False, end_rollout_at_episode_end=False,
 )  # fmt: skip
+for _families in A3C_PRESETS.values():
+    for _values in _families.values():
+        _values.setdefault("subtract_background", False)  # the starter agent's frames / 255
 A3C_PRESET_NAMES = tuple(A3C_PRESETS)
 
 

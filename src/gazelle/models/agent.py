@@ -53,6 +53,8 @@ class Agent(nn.Module):
             instruction) alone, as the A3C starter agent's LSTM.
         activation: of the deep, shallow, nature and universe torsos
             (`gazelle.models.torsos`): relu | elu; None: the torso's own.
+        subtract_background: the image torsos take each frame with its background (most
+            common byte) at 0 (`gazelle.models.torsos`, "Background at 0").
         num_levels: value outputs, one per level (`ValueHead`): a multi-task run with PopArt
             keeps a normalised value and its statistics per level, as the PopArt paper's
             DMLab-30 agent; `step` and `unroll` then need each row's `level` id.
@@ -79,6 +81,7 @@ class Agent(nn.Module):
         last_action_reward: bool = True,
         num_levels: int = 1,
         activation: str | None = None,
+        subtract_background: bool = False,
     ):
         super().__init__()
         self.obs_spec = obs_spec
@@ -86,7 +89,7 @@ class Agent(nn.Module):
         self.last_action_reward = last_action_reward
         names = obs_spec.names
         self.torso = (
-            make_encoder(obs_spec.field(FRAME), torso, obs_spec, activation)
+            make_encoder(obs_spec.field(FRAME), torso, obs_spec, activation, subtract_background)
             if FRAME in names
             else None
         )
@@ -97,7 +100,7 @@ class Agent(nn.Module):
         )
         self.encoders = nn.ModuleDict(
             {
-                f.name: make_encoder(f, torso, obs_spec, activation)
+                f.name: make_encoder(f, torso, obs_spec, activation, subtract_background)
                 for f in obs_spec.fields
                 if f.name not in (FRAME, INSTRUCTION)
             }
@@ -299,13 +302,14 @@ def build_agent(
     last_action_reward: bool = True,
     num_levels: int = 1,
     activation: str | None = None,
+    subtract_background: bool = False,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
     value outputs: one per level of a multi-task run with PopArt, else 1."""
     return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
                  last_action_reward=last_action_reward, num_levels=num_levels,
-                 activation=activation)  # fmt: skip
+                 activation=activation, subtract_background=subtract_background)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

@@ -24,6 +24,8 @@ from gazelle.registrations import describe, torso_names, torso_ref
 class CustomTorso(Torso):
     """A user's module as a `Torso`: `forward` is the module's, `output_size` its own."""
 
+    reads_through_image = False  # why: the user's module makes its own floats
+
     def __init__(self, net: nn.Module, frame_shape: tuple[int, ...], output_size: int) -> None:
         super().__init__(frame_shape)
         self.net = net

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from gazelle.models.instruction import InstructionEncoder
-from gazelle.models.torsos import TORSOS, MLPTorso, make_torso
+from gazelle.models.torsos import TORSOS, MLPTorso, Torso, make_torso
 from gazelle.types import DISCRETE, FRAME, IMAGE, TEXT, VECTOR, ObsField, ObsSpec
 
 #: Embedding size of each component of a discrete field.
@@ -92,19 +92,34 @@ def upscale(images: torch.Tensor, factor: int) -> torch.Tensor:
 
 
 def make_encoder(
-    field: ObsField, torso: str, spec: ObsSpec, activation: str | None = None
+    field: ObsField,
+    torso: str,
+    spec: ObsSpec,
+    activation: str | None = None,
+    subtract_background: bool = False,
 ) -> nn.Module:
     """The encoder of one field (see the module docstring); it has an int `output_size`.
-    `activation` goes to the image torso (`gazelle.models.torsos.make_torso`).
+    `activation` goes to the image torso (`gazelle.models.torsos.make_torso`);
+    `subtract_background` puts each image's background at 0 (`Torso.subtract_background`).
 
     Raises:
         ValueError: the torso does not take the field (an image torso for a vector-only
-            observation, a vector torso for an image).
+            observation, a vector torso for an image), or `subtract_background` for an image
+            torso that is not a `Torso` (it has no `_image` to do it in).
     """
     if field.kind == IMAGE:
         c, h, w = field.shape
         k = upscale_factor(torso, field.shape)
-        return make_torso(torso, (c, h * k, w * k), activation)
+        image_torso = make_torso(torso, (c, h * k, w * k), activation)
+        if subtract_background:
+            if not (isinstance(image_torso, Torso) and image_torso.reads_through_image):
+                raise ValueError(
+                    f"torso {torso!r} makes its own floats from the frames, so it cannot"
+                    " take them with the background at 0 (a subclass of"
+                    " gazelle.models.torsos.Torso that reads them through self._image can)"
+                )
+            image_torso.subtract_background = True
+        return image_torso
     if field.kind == VECTOR:
         if field.name != FRAME:
             return VectorEncoder(field.shape[0])

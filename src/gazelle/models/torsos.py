@@ -28,6 +28,18 @@ core (no linear layer), so its size follows the frame (288 for its 42x42 frames)
 
 'same' padding (`deep`, `universe`) follows TensorFlow: `gazelle.models.padding`.
 
+**Background at 0** (`subtract_background`, `--subtract-background`): an image torso can
+take each frame minus its background, its most common byte (`background_level`), so that
+the screen's constant part is 0: `(frame - background) / 255`. Why: on a screen of one
+colour that is not black (Pong's grey, 87/255 on 83% of the pixels), every weight of a
+unit sees that colour, so each Adam step (a step of `lr` in every weight) moves the unit's
+input on the whole screen at once; ReLU units pushed below 0 everywhere pass no gradient
+again (IMPALA and APPO lost 14 of the shallow torso's 16 first-layer channels on Pong).
+With the background at 0 only the objects drive the units. Black backgrounds (Breakout,
+SpaceInvaders) have a background of 0: the frames are unchanged. Centring on the frame's
+mean instead broke Breakout (its black became -0.16 and the torso's units died):
+docs/results.md, "The background at 0".
+
 `channels_last` memory format is chosen per torso and per use by measurement (one thread,
 torch 2.13 CPU, `gazelle.bench.models`, samples/s channels_last vs not): acting is the step
 without autograd, learning the unroll + backward.
@@ -73,6 +85,12 @@ class Torso(nn.Module):
     #: acting (autograd off) and when learning (autograd on); see the module doc.
     channels_last_act: bool = False
     channels_last_learn: bool = False
+    #: Whether `_image` puts each frame's background at 0 (see the module doc); set on an
+    #: instance by `gazelle.models.encoders.make_encoder`.
+    subtract_background: bool = False
+    #: Whether `forward` reads its frames through `_image` (so `subtract_background` acts);
+    #: False for a user's module wrapped as a torso (`gazelle.models.custom.CustomTorso`).
+    reads_through_image: ClassVar[bool] = True
 
     output_size: int
 
@@ -81,12 +99,17 @@ class Torso(nn.Module):
         self.frame_shape = tuple(frame_shape)
 
     def _image(self, frames: torch.Tensor) -> torch.Tensor:
-        """uint8 `[N, C, H, W]` -> float `[N, C, H, W]` in [0, 1] (channels_last if chosen)."""
+        """uint8 `[N, C, H, W]` -> float `[N, C, H, W]` in [0, 1] (channels_last if chosen);
+        in [-1, 1] with the background at 0 when `subtract_background`."""
         learning = torch.is_grad_enabled()
+        level = background_level(frames) if self.subtract_background else None
         if self.channels_last_learn if learning else self.channels_last_act:
             # why: converting the uint8 frames is 4x cheaper than converting floats.
             frames = frames.contiguous(memory_format=torch.channels_last)
-        return frames.float() / 255.0
+        images = frames.float()
+        if level is not None:
+            images = images - level.to(images.dtype).view(-1, 1, 1, 1)
+        return images / 255.0
 
     def _conv_output_size(self, convs: nn.Module) -> int:
         """Flattened size of `convs` on one zero frame (run once at construction)."""
@@ -98,6 +121,22 @@ class Torso(nn.Module):
                 f"frames of shape {self.frame_shape} are too small for the "
                 f"{type(self).__name__} convolutions: {error}"
             ) from error
+
+
+#: `background_level` reads every this-many-th row and column of the newest channel.
+BACKGROUND_STRIDE = 4
+
+
+def background_level(frames: torch.Tensor) -> torch.Tensor:
+    """The background of each uint8 frame `[N, C, H, W]`: its most common byte (the
+    smallest of equals), read on every `BACKGROUND_STRIDE`-th row and column of the newest
+    channel (`[:, -1]`; 441 of an 84x84 frame's pixels): int64 `[N]`."""
+    sample = frames[:, -1, ::BACKGROUND_STRIDE, ::BACKGROUND_STRIDE].reshape(len(frames), -1)
+    sample = sample.long()
+    counts = torch.zeros(len(frames), 256, dtype=torch.int32, device=frames.device)
+    counts.scatter_add_(1, sample, torch.ones_like(sample, dtype=torch.int32))
+    # why: argmax returns the first of equal counts, so ties go to the smallest byte.
+    return counts.argmax(dim=1)
 
 
 #: `activation` names of the torsos of `WITH_ACTIVATION`.

@@ -52,6 +52,8 @@ class ActorSpec:
     num_levels: int = 1
     #: The torso's activation (`gazelle.models.torsos`); None: the torso's own.
     activation: str | None = None
+    #: The image torsos put each frame's background at 0 (`gazelle.models.torsos`).
+    subtract_background: bool = False
 
     @property
     def value_level(self) -> int | None:
@@ -68,6 +70,7 @@ def actor_agent(spec: ActorSpec) -> Agent:
         last_action_reward=spec.last_action_reward,
         num_levels=spec.num_levels,
         activation=spec.activation,
+        subtract_background=spec.subtract_background,
     )
 
 

@@ -93,8 +93,9 @@ def inference_rate(run: Any, batch: int, seconds: float) -> float:
 
     model = run.config.model
     agent = build_agent(
-        run.obs_spec, model.torso, model.use_lstm, activation=model.activation
-    ).eval()
+        run.obs_spec, model.torso, model.use_lstm, activation=model.activation,
+        subtract_background=bool(model.subtract_background),
+    ).eval()  # fmt: skip
     obs = fake_obs(run.obs_spec, (batch,))
     state = agent.initial_state(batch)
     action = torch.zeros(batch, dtype=torch.long)

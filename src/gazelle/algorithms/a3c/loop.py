@@ -62,7 +62,8 @@ def a3c_agent(config: Config, obs_spec: ObsSpec) -> Agent:
     assert model.init is not None
     return build_agent(obs_spec, model.torso, bool(model.use_lstm), model.init,
                        bool(config.a3c.last_action_reward),
-                       activation=model.activation)  # fmt: skip
+                       activation=model.activation,
+                       subtract_background=bool(model.subtract_background))  # fmt: skip
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -83,6 +84,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             env_kwargs=env_kwargs(config),
             last_action_reward=bool(config.a3c.last_action_reward),
             activation=config.model.activation,
+            subtract_background=bool(config.model.subtract_background),
         )
         for i in range(actors.num_actors)
     ]

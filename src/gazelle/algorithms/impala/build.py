@@ -171,6 +171,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             lockstep_batch=impala.batch_size if lockstep else None,
             num_levels=value_levels(config, len(levels)),
             activation=config.model.activation,
+            subtract_background=bool(config.model.subtract_background),
         )
         for i in range(actors.num_actors)
     ]
@@ -196,6 +197,7 @@ def build(
     agent = build_agent(
         found.obs_spec, model.torso, model.use_lstm, model.init,
         num_levels=value_levels(config, len(found.levels)), activation=model.activation,
+        subtract_background=bool(model.subtract_background),
     ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     request = BackendRequest(
