@@ -34,7 +34,7 @@ the screen's constant part is 0: `(frame - background) / 255`. Why: on a screen 
 colour that is not black (Pong's grey, 87/255 on 83% of the pixels), every weight of a
 unit sees that colour, so each Adam step (a step of `lr` in every weight) moves the unit's
 input on the whole screen at once; ReLU units pushed below 0 everywhere pass no gradient
-again (IMPALA and APPO lost 14 of the shallow torso's 16 first-layer channels on Pong).
+again (IMPALA and APPO lost 10-14 of the shallow torso's 16 first-layer channels on Pong).
 With the background at 0 only the objects drive the units. Black backgrounds (Breakout,
 SpaceInvaders) have a background of 0: the frames are unchanged. Centring on the frame's
 mean instead broke Breakout (its black became -0.16 and the torso's units died):
