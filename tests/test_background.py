@@ -17,28 +17,31 @@ from gazelle.models.torsos import BACKGROUND_STRIDE, ShallowTorso, background_le
 
 
 def reference_level(frames: np.ndarray) -> np.ndarray:
-    """The mode of every frame's newest channel on the strided grid, the smallest of ties."""
-    out = []
-    for frame in frames:
-        sample = frame[-1, ::BACKGROUND_STRIDE, ::BACKGROUND_STRIDE].ravel()
-        out.append(int(np.bincount(sample, minlength=256).argmax()))
-    return np.array(out)
+    """The mode of every channel of every frame on the strided grid, the smallest of ties."""
+    out = np.zeros(frames.shape[:2], dtype=np.int64)
+    for i, frame in enumerate(frames):
+        for c, channel in enumerate(frame):
+            sample = channel[::BACKGROUND_STRIDE, ::BACKGROUND_STRIDE].ravel()
+            out[i, c] = np.bincount(sample, minlength=256).argmax()
+    return out
 
 
-def test_the_background_is_the_most_common_byte_of_the_newest_channel():
+def test_the_background_is_the_most_common_byte_of_each_channel():
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (6, 4, 84, 84), dtype=np.uint8)
     frames[0] = 87  # one colour
     frames[1, -1] = 200
     frames[1, -1, :30] = 3  # 3 on fewer sampled pixels than 200
-    frames[2, :-1] = 50  # older channels do not count
+    frames[2, :-1] = 50  # each channel its own
     # a three-way tie on the grid: its 21 rows are 9, 4, 6, 9, 4, 6, ... (147 pixels each)
     grid_row = np.arange(84)[:, None] // BACKGROUND_STRIDE % 3
     frames[3, -1] = np.choose(np.broadcast_to(grid_row, (84, 84)), [9, 4, 6])
     frames[4, -1] = 0
     got = background_level(torch.from_numpy(frames)).numpy()
+    assert got.shape == (6, 4)
     np.testing.assert_array_equal(got, reference_level(frames))
-    assert list(got[:2]) == [87, 200] and got[3] == 4 and got[4] == 0  # ties: the smallest
+    assert list(got[0]) == [87] * 4 and got[1, -1] == 200 and list(got[2, :-1]) == [50] * 3
+    assert got[3, -1] == 4 and got[4, -1] == 0  # ties: the smallest byte
 
 
 def test_the_torso_sees_the_frame_minus_its_background_and_black_screens_unchanged():
@@ -51,6 +54,14 @@ def test_the_torso_sees_the_frame_minus_its_background_and_black_screens_unchang
     grey[:, :, 40:44, 10:12] = 236  # a paddle
     want = (grey.float() - 87) / 255
     torch.testing.assert_close(shifted._image(grey), want)
+    # an RGB screen: each colour channel's own background
+    rgb = torch.empty((2, 3, 84, 84), dtype=torch.uint8)
+    rgb[:, 0], rgb[:, 1], rgb[:, 2] = 144, 72, 17
+    rgb[:, :, 10:14, 10:14] = 250
+    colour = ShallowTorso((3, 84, 84))
+    colour.subtract_background = True
+    background = torch.tensor([144.0, 72.0, 17.0]).view(1, 3, 1, 1)
+    torch.testing.assert_close(colour._image(rgb), (rgb.float() - background) / 255)
     torch.testing.assert_close(plain._image(grey), grey.float() / 255)
     black = torch.zeros((3, 4, 84, 84), dtype=torch.uint8)
     black[:, :, 20:24, 30:34] = 142
@@ -77,7 +88,7 @@ def test_real_games_have_the_backgrounds_the_docs_name(game, level):
             obs, _ = env.reset()
     env.close()
     levels = background_level(torch.from_numpy(np.stack(frames)))
-    assert set(levels.tolist()) == {level}
+    assert set(levels.flatten().tolist()) == {level}
 
 
 def test_the_flag_reaches_every_agent_comes_from_the_preset_and_is_checked(tmp_path):

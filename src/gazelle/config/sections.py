@@ -60,10 +60,11 @@ class ModelConfig:
     stops passing a gradient for good); unset: the torso's own (relu; universe: elu, the
     starter agent's). Other torsos take none (mlp has tanh)."""
     subtract_background: bool | None = None
-    """The image torsos take each frame with its background (its most common byte) at 0:
-    `(frame - background) / 255`, so that a screen's constant colour drives no unit (on
-    Pong's grey the shallow torso lost most of its units without it); frames with a black
-    background are unchanged. Unset: the preset's (on for Atari with IMPALA and APPO)."""
+    """The image torsos take each frame with its background (each channel's most common
+    byte) at 0: `(frame - background) / 255`, so that a screen's constant colour drives no
+    unit (on Pong's grey the shallow torso lost most of its units without it); frames with
+    a black background are unchanged. Unset: the preset's (on for Atari with IMPALA and
+    APPO)."""
     use_lstm: bool | None = None
     """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
     family's preset (off for vector observations: turn it on for a task with hidden state;

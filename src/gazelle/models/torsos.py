@@ -29,7 +29,8 @@ core (no linear layer), so its size follows the frame (288 for its 42x42 frames)
 'same' padding (`deep`, `universe`) follows TensorFlow: `gazelle.models.padding`.
 
 **Background at 0** (`subtract_background`, `--subtract-background`): an image torso can
-take each frame minus its background, its most common byte (`background_level`), so that
+take each frame minus its background, each channel's most common byte (`background_level`;
+a stacked grey frame's four channels share it, an RGB frame has one per colour), so that
 the screen's constant part is 0: `(frame - background) / 255`. Why: on a screen of one
 colour that is not black (Pong's grey, 87/255 on 83% of the pixels), every weight of a
 unit sees that colour, so each Adam step (a step of `lr` in every weight) moves the unit's
@@ -100,7 +101,7 @@ class Torso(nn.Module):
 
     def _image(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 `[N, C, H, W]` -> float `[N, C, H, W]` in [0, 1] (channels_last if chosen);
-        in [-1, 1] with the background at 0 when `subtract_background`."""
+        in [-1, 1] with each channel's background at 0 when `subtract_background`."""
         learning = torch.is_grad_enabled()
         level = background_level(frames) if self.subtract_background else None
         if self.channels_last_learn if learning else self.channels_last_act:
@@ -108,7 +109,7 @@ class Torso(nn.Module):
             frames = frames.contiguous(memory_format=torch.channels_last)
         images = frames.float()
         if level is not None:
-            images = images - level.to(images.dtype).view(-1, 1, 1, 1)
+            images = images - level.to(images.dtype)[:, :, None, None]
         return images / 255.0
 
     def _conv_output_size(self, convs: nn.Module) -> int:
@@ -123,20 +124,21 @@ class Torso(nn.Module):
             ) from error
 
 
-#: `background_level` reads every this-many-th row and column of the newest channel.
+#: `background_level` reads every this-many-th row and column of each channel.
 BACKGROUND_STRIDE = 4
 
 
 def background_level(frames: torch.Tensor) -> torch.Tensor:
-    """The background of each uint8 frame `[N, C, H, W]`: its most common byte (the
-    smallest of equals), read on every `BACKGROUND_STRIDE`-th row and column of the newest
-    channel (`[:, -1]`; 441 of an 84x84 frame's pixels): int64 `[N]`."""
-    sample = frames[:, -1, ::BACKGROUND_STRIDE, ::BACKGROUND_STRIDE].reshape(len(frames), -1)
-    sample = sample.long()
-    counts = torch.zeros(len(frames), 256, dtype=torch.int32, device=frames.device)
-    counts.scatter_add_(1, sample, torch.ones_like(sample, dtype=torch.int32))
+    """The background of each channel of uint8 frames `[N, C, H, W]`: its most common byte
+    (the smallest of equals), read on every `BACKGROUND_STRIDE`-th row and column (441 of
+    an 84x84 channel's pixels): int64 `[N, C]`."""
+    n, c = frames.shape[:2]
+    grid = frames[:, :, ::BACKGROUND_STRIDE, ::BACKGROUND_STRIDE].reshape(n * c, -1).long()
+    # why: float counts (exact to 2^24), as argmax takes floats on every device.
+    counts = torch.zeros(n * c, 256, device=frames.device)
+    counts.scatter_add_(1, grid, torch.ones_like(grid, dtype=counts.dtype))
     # why: argmax returns the first of equal counts, so ties go to the smallest byte.
-    return counts.argmax(dim=1)
+    return counts.argmax(dim=1).view(n, c)
 
 
 #: `activation` names of the torsos of `WITH_ACTIVATION`.
