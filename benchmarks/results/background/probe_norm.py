@@ -7,53 +7,28 @@ on frames centred on their mean, and on frames with their background (most commo
 import torch
 from torch import nn
 
-from gazelle.models.torsos import Torso
+from gazelle.models.torsos import ShallowTorso
 
 
-class ShallowReluNorm(Torso):
-    """GroupNorm (one group: a conv layer's channels and pixels) before each conv ReLU,
-    LayerNorm over the 256 linear units before theirs."""
-
-    channels_last_learn = True
-    min_side = 20
+class ShallowReluNorm(ShallowTorso):
+    """The shallow torso with GroupNorm (one group: a conv layer's channels and pixels)
+    before each conv ReLU, LayerNorm over the 256 linear units before theirs."""
 
     def __init__(self, frame_shape):
         super().__init__(frame_shape)
+        conv1, relu1, conv2, relu2 = self.convs
         self.convs = nn.Sequential(
-            nn.Conv2d(frame_shape[0], 16, 8, stride=4),
-            nn.GroupNorm(1, 16),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 4, stride=2),
-            nn.GroupNorm(1, 32),
-            nn.ReLU(),
+            conv1, nn.GroupNorm(1, 16), relu1, conv2, nn.GroupNorm(1, 32), relu2
         )
-        self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
         self.norm = nn.LayerNorm(256)
-        self.output_size = 256
-        self.relu = nn.ReLU()
 
     def forward(self, frames):
         return self.relu(self.norm(self.linear(self.convs(self._image(frames)).flatten(1))))
 
 
-class ShallowCentered(Torso):
-    """The shallow ReLU torso on frames centred per frame: x / 255 minus its mean over the
-    frame's pixels and stacked channels."""
-
-    channels_last_learn = True
-    min_side = 20
-
-    def __init__(self, frame_shape):
-        super().__init__(frame_shape)
-        self.convs = nn.Sequential(
-            nn.Conv2d(frame_shape[0], 16, 8, stride=4),
-            nn.ReLU(),
-            nn.Conv2d(16, 32, 4, stride=2),
-            nn.ReLU(),
-        )
-        self.linear = nn.Linear(self._conv_output_size(self.convs), 256)
-        self.output_size = 256
-        self.relu = nn.ReLU()
+class ShallowCentered(ShallowTorso):
+    """The shallow ReLU torso (the shipped layers) on frames centred per frame: x / 255
+    minus its mean over the frame's pixels and stacked channels."""
 
     def centre(self, frames, x):
         return x - x.mean(dim=(1, 2, 3), keepdim=True)
