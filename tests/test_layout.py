@@ -9,7 +9,7 @@ import torch
 
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.layout import SLACK, StepCosts, actors_for, choose_num_actors
-from gazelle.config import default_num_actors
+from gazelle.config import default_num_actors, default_slots_per_env
 
 # Core-milliseconds per agent step measured on this project's 2-core machine (Pong, the
 # gazelle preset: B=8, no LSTM, 32 envs per actor; `gazelle: layout:` lines).
@@ -70,3 +70,19 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns(small_config, capsys):
     prepare(small_config(precision="bf16", device="cpu"))
     warned = "without bf16 hardware" in capsys.readouterr().out
     assert warned == (not cpu_has_native_bf16())
+
+
+def test_unset_slots_are_one_only_where_the_actors_hold_a_batch_and_one_more_unroll():
+    assert default_slots_per_env(1, 32, 8) == 2  # a lone actor needs a second unroll
+    assert default_slots_per_env(2, 32, 8) == default_slots_per_env(8, 32, 32) == 1
+    assert default_slots_per_env(2, 32, 32) == 1  # 64 envs: a batch of 32 and one unroll
+    assert default_slots_per_env(2, 8, 16) == default_slots_per_env(3, 8, 17) == 2
+    assert default_slots_per_env(2, 32, 8, "ray") == default_slots_per_env(1, 32, 8, "ray") == 2
+
+
+@pytest.mark.parametrize(("actors", "slots", "resolved"), [(1, None, 2), (2, None, 1), (2, 3, 3)])
+def test_prepare_fills_unset_slots_from_the_layout(small_config, actors, slots, resolved):
+    config, _, _ = prepare(
+        small_config(num_actors=actors, envs_per_actor=8, batch_size=8, slots_per_env=slots)
+    )
+    assert config.actors.slots_per_env == resolved

@@ -16,6 +16,7 @@ from gazelle.algorithms.preflight import check_logdir, check_torso
 from gazelle.config import (
     Config,
     ConfigError,
+    default_slots_per_env,
     resolve,
     validate,
 )
@@ -148,6 +149,15 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         num_actors, why = choose_num_actors(config, found, device)
         print(why)
         config = config.replace(num_actors=num_actors)
+    if config.actors.slots_per_env is None:
+        config = config.replace(
+            slots_per_env=default_slots_per_env(
+                int(config.actors.num_actors or 1),
+                int(config.actors.envs_per_actor or 1),
+                int(getattr(config.algorithm, "batch_size", None) or 1),  # A3C: none
+                config.actors.backend,
+            )
+        )
     seed = config.run.seed
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use

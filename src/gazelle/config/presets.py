@@ -263,6 +263,23 @@ def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
     return max(2, cores - 1, num_levels)
 
 
+def default_slots_per_env(
+    num_actors: int, envs_per_actor: int, batch_size: int, backend: str = "local"
+) -> int:
+    """`--slots-per-env` left unset: 1 where the actors' envs hold a whole batch plus one
+    actor's next unroll (one actor then acts while a batch waits for the learner), else 2.
+
+    When the learner is the bottleneck every slot fills, so the slots set the policy lag:
+    about `num_actors * slots_per_env * envs_per_actor / batch_size` updates. One actor needs
+    2 (it acts while the learner trains on its last unroll); with several, a second slot
+    only adds lag: the seed's actors hold one finished unroll each. Breakout, 2 actors x 32
+    envs, B=8, 2 seeds: a median lag of 8 updates with 1 slot against 16 with 2, the same
+    return per frame, 5% more frames/s (docs/results.md). Ray keeps 2: an actor with one
+    call would idle for each round trip (not measured)."""
+    fits = num_actors * envs_per_actor >= batch_size + envs_per_actor
+    return 1 if fits and backend != "ray" else 2
+
+
 def default_torso(frame_is_image: bool, cuda: bool) -> str:
     """`--model auto`: mlp for vectors; for images the IMPALA ResNet (deep) on a GPU, the
     shallow IMPALA torso on a CPU, where the deep one trains ~7x slower (docs/performance.md)."""

@@ -115,8 +115,12 @@ class ActorConfig:
     inference_max_batch: int | None = None
     """Central inference: most envs per batch (at least --envs-per-actor); None: all actors'
     envs."""
-    slots_per_env: int = 2
-    """Unroll slots per env in shared memory: more buffering, more policy lag."""
+    slots_per_env: int | None = None
+    """Unroll slots per env (local: in shared memory; ray: unroll calls in flight): more
+    buffering, more policy lag. None: 1 where the actors' envs hold a batch plus one
+    actor's next unroll (several actors: one acts while another's unroll waits, as the
+    seed's actors hold one finished unroll each), else 2 (a lone actor acts while the
+    learner trains); 2 on Ray."""
     actor_timeout_s: float = 120.0
     """An actor with no sign of life (no env step, no wait) for this many seconds is taken
     to be hung (stopped, or an env that blocks forever): it is killed and replaced."""

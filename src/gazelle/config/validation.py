@@ -75,7 +75,7 @@ def validate(config: Config) -> Config:
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)
     check.choice("backend", BACKEND_CHOICES)
-    check.positive("slots_per_env")
+    check.positive("slots_per_env", allow_none=True)
     check.positive("ray_actor_cpus", integer=False)
     actors = config.actors
     if actors.backend != "ray" and (actors.ray_address is not None or actors.ray_dashboard):

@@ -200,9 +200,11 @@ def build(
         subtract_background=bool(model.subtract_background),
     ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
+    slots_per_env = config.actors.slots_per_env
+    assert slots_per_env is not None  # resolved with the layout (`default_slots_per_env`)
     request = BackendRequest(
         actors=actor_specs(config, found),
-        slots_per_actor=config.actors.envs_per_actor * config.actors.slots_per_env,
+        slots_per_actor=config.actors.envs_per_actor * slots_per_env,
         batch_size=config.algorithm.batch_size,
         agent=agent,
         device=device,
