@@ -64,6 +64,44 @@ def test_an_unset_layout_is_measured_and_reported(small_config, capsys):
     assert abs(n - (cores * share / 100 - SLACK)) < 1 + cores * 0.005
 
 
+def test_the_layout_keeps_each_parts_best_interleaved_round(small_config, monkeypatch):
+    """A slow spell at start-up (another run starting, the VM's host) only slows a part: the
+    layout takes each part's fastest round, measured in turn, so one spell cannot swing it."""
+    import gazelle.algorithms.layout as layout
+    import gazelle.runtime.part_costs as part_costs
+
+    config, found, device = prepare(small_config(num_actors=2))
+    calls: list[str] = []
+
+    def fake(name: str, rates: list[float]):
+        it = iter(rates)
+
+        def measure(*args):
+            calls.append(name)
+            assert args[-1] == pytest.approx(layout.MEASURE_S / layout.ROUNDS)
+            return next(it)
+
+        return measure
+
+    # the learner's second round is slowed 2x: a single round could have been that one
+    monkeypatch.setattr(part_costs, "env_rate", fake("env", [2000.0, 2500.0, 2400.0]))
+    monkeypatch.setattr(part_costs, "inference_rate", fake("inference", [9000.0, 10000.0, 8000.0]))
+    monkeypatch.setattr(part_costs, "learner_rate", fake("learner", [2900.0, 1500.0, 3000.0]))
+    costs = layout.measure_costs(config, found, device)
+    assert layout.ROUNDS == 3 and calls == ["env", "inference", "learner"] * 3
+    assert (costs.env_s, costs.inference_s, costs.learner_s) == pytest.approx(
+        (1 / 2500, 1 / 10000, 1 / 3000)
+    )
+
+
+def test_unset_slots_are_reported(small_config, capsys):
+    prepare(small_config(num_actors=2, envs_per_actor=8, batch_size=8))
+    out = capsys.readouterr().out
+    assert "gazelle: 1 unroll slot per env: 16 envs for batches of 8" in out
+    prepare(small_config(num_actors=2, envs_per_actor=8, batch_size=8, slots_per_env=2))
+    assert "unroll slot" not in capsys.readouterr().out  # chosen by the user: nothing to say
+
+
 def test_bf16_on_a_cpu_without_bf16_hardware_warns(small_config, capsys):
     from gazelle.runtime.learner import cpu_has_native_bf16
 

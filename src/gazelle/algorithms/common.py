@@ -150,14 +150,15 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         print(why)
         config = config.replace(num_actors=num_actors)
     if config.actors.slots_per_env is None:
-        config = config.replace(
-            slots_per_env=default_slots_per_env(
-                int(config.actors.num_actors or 1),
-                int(config.actors.envs_per_actor or 1),
-                int(getattr(config.algorithm, "batch_size", None) or 1),  # A3C: none
-                config.actors.backend,
+        actors, envs = int(config.actors.num_actors or 1), int(config.actors.envs_per_actor or 1)
+        batch = getattr(config.algorithm, "batch_size", None)  # A3C: none
+        slots = default_slots_per_env(actors, envs, int(batch or 1), config.actors.backend)
+        config = config.replace(slots_per_env=slots)
+        if batch:
+            print(
+                f"gazelle: {slots} unroll slot{'s' if slots > 1 else ''} per env: "
+                f"{actors * envs} envs for batches of {batch} (--slots-per-env to choose)"
             )
-        )
     seed = config.run.seed
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use

@@ -3,8 +3,9 @@
 On a CPU learner, IMPALA's cores are shared between acting (env steps and the actors' own
 inference) and learning, so the right number of actor processes depends on what one agent
 step costs in each. `choose_num_actors` measures that at start-up, in core-seconds per
-agent step and on a throwaway copy of the run's agent and learner (about 1.5 s), and gives
-the actors their share of the cores, rounded up:
+agent step and on a throwaway copy of the run's agent and learner (each part's best of
+three interleaved rounds, about 3 s in all), and gives the actors their share of the cores,
+rounded up:
 
     actors = ceil(cores * acting / (acting + learning) - SLACK)
 
@@ -33,12 +34,16 @@ if TYPE_CHECKING:
 #: Acting's share of the cores is rounded up only past this fraction of a core: an actor
 #: that would be idle most of the time still costs a process, its memory and a share of the
 #: learner's core. Small, so that the choice sits far from the measured shares: on 2 cores
-#: the threshold is a share of 0.525, between nature's 0.43 (1 actor best) and shallow's
-#: and CartPole's 0.60-0.63 (2 actors best), each measured at start-up to +-0.03.
+#: the threshold is a share of 0.525, between nature's 0.43-0.49 (1 actor best) and
+#: shallow's and CartPole's 0.60-0.63 (2 actors best). Breakout, 6 start-ups in a row: shallow
+#: 0.614-0.623 and nature 0.480-0.488 with the best of 3 rounds, against 0.607-0.631 and
+#: 0.473-0.495 from one round of 0.4 s.
 SLACK = 0.05
 
-#: Seconds each part is measured for at start-up.
-MEASURE_S = 0.4
+#: Seconds each part is measured for at start-up, over `ROUNDS` interleaved rounds whose
+#: best is kept (`best_rates`).
+MEASURE_S = 0.75
+ROUNDS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +75,7 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
     from gazelle.algorithms.impala.build import make_learner
     from gazelle.models import build_agent
     from gazelle.runtime.allocator import keep_freed_memory
-    from gazelle.runtime.part_costs import env_rate, inference_rate, learner_rate
+    from gazelle.runtime.part_costs import best_rates, env_rate, inference_rate, learner_rate
 
     keep_freed_memory()  # why: as the run's learner will; without it deep measures ~1.6x slower
     model = config.model
@@ -94,14 +99,21 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
                 unroll_length=int(config.algorithm.unroll_length or 1),
                 batch_size=int(config.algorithm.batch_size or 1),
             )
-            env = env_rate(found.levels[0], env_kwargs(config), MEASURE_S)
-            inference = inference_rate(run, int(config.actors.envs_per_actor or 1), MEASURE_S)
-            learner = learner_rate(run, MEASURE_S)
+            envs = int(config.actors.envs_per_actor or 1)
+            rates = best_rates(
+                {
+                    "env": lambda s: env_rate(found.levels[0], env_kwargs(config), s),
+                    "inference": lambda s: inference_rate(run, envs, s),
+                    "learner": lambda s: learner_rate(run, s),
+                },
+                MEASURE_S,
+                ROUNDS,
+            )
     finally:
         torch.set_num_threads(threads)
     # why: APPO trains on each sample `epochs` times (its minibatches split the same work).
     epochs = int(getattr(config.algorithm, "epochs", None) or 1)
-    return StepCosts(1.0 / env, 1.0 / inference, epochs / learner)
+    return StepCosts(1.0 / rates["env"], 1.0 / rates["inference"], epochs / rates["learner"])
 
 
 def choose_num_actors(

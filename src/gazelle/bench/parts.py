@@ -14,16 +14,14 @@ from typing import Any
 import torch
 
 from gazelle.config import Config
-from gazelle.runtime.part_costs import env_rate, inference_rate, learner_rate
+from gazelle.runtime.part_costs import best_rates, env_rate, inference_rate, learner_rate
 
 
 def measure_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env, inference and learner for `config`'s run.
 
-    Each part is measured `rounds` times, interleaved, for `seconds / rounds` each, and its
-    best round is kept: interference (another process, the host of a VM) only ever slows a
-    part down, so the best round is the closest to what the core can do, and a limit built
-    from it is the strictest one for the efficiency.
+    Each part's best of `rounds` interleaved rounds (`best_rates`): a limit built from the
+    best rounds is the strictest one for the efficiency.
     """
     from gazelle.algorithms.common import env_kwargs
     from gazelle.algorithms.impala import build
@@ -44,10 +42,7 @@ def measure_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, 
             "inference_samples_per_core_s": lambda s: inference_rate(run, batch, s),
             "learner_samples_per_core_s": lambda s: learner_rate(run, s),
         }
-        rates = {name: 0.0 for name in parts}
-        for _ in range(max(1, rounds)):
-            for name, measure in parts.items():
-                rates[name] = max(rates[name], measure(seconds / max(1, rounds)))
+        rates = best_rates(parts, seconds, rounds)
     finally:
         torch.set_num_threads(threads)
     return {

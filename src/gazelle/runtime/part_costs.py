@@ -58,6 +58,25 @@ def per_core_rate(fn: Callable[[], int], seconds: float) -> float:
     return items / max(cpu_seconds() - cpu0, 1e-9)
 
 
+def best_rates(
+    parts: dict[str, Callable[[float], float]], seconds: float, rounds: int = 3
+) -> dict[str, float]:
+    """Each part's best rate over `rounds` interleaved rounds of `seconds / rounds` each.
+
+    `parts` maps a name to a measurement (seconds -> rate, such as `env_rate` bound to its
+    arguments). Interference (another process, the host of a VM, a part's own warm-up) only
+    ever slows a part down, so its best round is the closest to what the core can do; why
+    interleaved: a burst of interference then slows one round of each part, not every round
+    of one part.
+    """
+    rounds = max(1, rounds)
+    rates = {name: 0.0 for name in parts}
+    for _ in range(rounds):
+        for name, measure in parts.items():
+            rates[name] = max(rates[name], measure(seconds / rounds))
+    return rates
+
+
 def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
     """Agent steps per core-second, random actions."""
     from gazelle.envs import make
