@@ -1,11 +1,12 @@
 """Every learner batch's behaviour-policy entropy in a short run, and the low ones saved.
 
-    python benchmarks/entropy_dips.py OUT ENV FRAMES [SEED]
+    python benchmarks/entropy_dips.py OUT ENV FRAMES [SEED [NAME=VALUE ...]]
 
 Trains `gazelle train --env ENV --num-actors 2` for FRAMES frames with IMPALA's loss wrapped
 so that each batch writes a row to OUT/batches.jsonl (mean entropy, each unroll's, the action
 counts, the reward sum, the episode ends) and the first 6 batches under 0.2 nats go to
-OUT/dip-<update>.npz (frames, actions, rewards, logits). The progress log samples one update
+OUT/dip-<update>.npz (frames, actions, rewards, logits). NAME=VALUE: any flat setting
+(`learning_rate=3e-4`), its value read as JSON where it parses. The progress log samples one update
 in ~30; this sees them all. Results: docs/results.md ("Breakout's early entropy dips").
 """
 
@@ -67,6 +68,13 @@ def make_wrapper(out: str) -> Any:
 if __name__ == "__main__":
     out, env, frames = sys.argv[1], sys.argv[2], int(sys.argv[3])
     seed = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    extra: dict[str, Any] = {}
+    for item in sys.argv[5:]:
+        name, _, value = item.partition("=")
+        try:
+            extra[name] = json.loads(value)
+        except json.JSONDecodeError:
+            extra[name] = value
     build.impala_loss = make_wrapper(out)
-    config = {"env": env, "total_frames": frames, "logdir": f"{out}/run", "seed": seed}
+    config = {"env": env, "total_frames": frames, "logdir": f"{out}/run", "seed": seed, **extra}
     gazelle.train({**config, "num_actors": 2})
