@@ -99,10 +99,10 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
                 unroll_length=int(config.algorithm.unroll_length or 1),
                 batch_size=int(config.algorithm.batch_size or 1),
             )
-            envs = int(config.actors.envs_per_actor or 1)
+            envs, kwargs = int(config.actors.envs_per_actor or 1), env_kwargs(config)
             rates = best_rates(
                 {
-                    "env": lambda s: env_rate(found.levels[0], env_kwargs(config), s),
+                    "env": lambda s: env_rate(found.levels[0], kwargs, s),
                     "inference": lambda s: inference_rate(run, envs, s),
                     "learner": lambda s: learner_rate(run, s),
                 },
