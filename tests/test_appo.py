@@ -44,7 +44,7 @@ def test_on_policy_without_clip_or_normalisation_its_gradient_is_impalas(use_lst
     assert float(metrics["ppo/ratio_mean"]) == pytest.approx(1.0)
 
 
-def step_by_step_advantages(batch, out):
+def step_by_step_advantages(agent, batch, out):
     """r_t + gamma v_{t+1} - V(x_t) `[T, B]`, from on-policy targets written out by hand
     (`reference_targets`), and the gradient in the logits of the policy term weighted by
     them once scaled to mean 0, std 1 (-A_norm * grad log pi)."""
@@ -58,7 +58,9 @@ def step_by_step_advantages(batch, out):
     advantages = batch["reward"][1:] + discounts * next_vs - out.baseline[:T].detach()
     normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     logits = out.policy_logits[:T].detach().clone().requires_grad_(True)
-    pg, _ = policy_gradient_loss(logits, batch["action"][1:], normalised)
+    pg, _ = policy_gradient_loss(
+        agent.distribution.log_prob(logits, batch["action"][1:]), normalised
+    )
     (want,) = torch.autograd.grad(pg, logits)
     return advantages, want
 
@@ -92,7 +94,7 @@ def test_normalised_advantages_are_the_step_by_step_targets_scaled():
     agent = Agent(SPEC, "mlp", use_lstm=False)
     batch, out = make_batch(agent, seed=2, terminated_at=[(2, 1)])
     settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 1.0), 1e6, True)
-    advantages, want = step_by_step_advantages(batch, out)
+    advantages, want = step_by_step_advantages(agent, batch, out)
     got, metrics = grad_in_logits(agent, functools.partial(appo_loss, settings=settings), batch)
     torch.testing.assert_close(got[: len(want)], want, rtol=1e-4, atol=1e-6)
     assert float(metrics["appo/advantage_mean"]) == pytest.approx(float(advantages.mean()), 1e-4)
@@ -160,7 +162,7 @@ def test_impala_with_normalised_advantages_scales_the_vtrace_advantages_of_the_b
     torch.manual_seed(0)
     agent = Agent(SPEC, "mlp", use_lstm=False)
     batch, out = make_batch(agent, seed=3, terminated_at=[(2, 1)])
-    _, want = step_by_step_advantages(batch, out)
+    _, want = step_by_step_advantages(agent, batch, out)
     T = len(want)
     seed_way, scaled = (LossSettings(GAMMA, 0.0, 0.0, "none", 1.0, flag) for flag in (0, 1))
     got, _ = grad_in_logits(agent, functools.partial(impala_loss, settings=scaled), batch)

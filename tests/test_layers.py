@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("runtime",),
     ("config",),
     ("models", "envs", "losses"),
-    ("types", "registrations", "errors"),
+    ("distributions",),
+    ("types", "registrations", "errors", "actions"),
 ]
 
 #: importer -> what it may not import although it lies below: one line per rule.
@@ -38,6 +39,7 @@ ALSO_FORBIDDEN: dict[str, tuple[str, ...]] = {
     "envs": ("models", "losses", "registrations"),
     "losses": ("models", "envs", "registrations"),
     "types": ("registrations", "errors"),
+    "actions": ("types", "registrations", "errors"),
     "registrations": ("types", "errors"),
     "errors": ("types", "registrations"),
 }

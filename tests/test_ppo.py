@@ -9,8 +9,18 @@ import math
 import pytest
 import torch
 
+from gazelle.actions import ActionSpec
+from gazelle.distributions import ActionDistribution
+from gazelle.losses import ppo
 from gazelle.losses.actor_critic import policy_gradient_loss
-from gazelle.losses.ppo import clipped_surrogate_loss
+
+
+def clipped_surrogate_loss(target, behaviour, actions, advantages, clip):
+    """The loss on the log-probabilities of a softmax policy given by logits `[T, B, A]`."""
+    softmax = ActionDistribution(ActionSpec.categorical(target.shape[-1]))
+    return ppo.clipped_surrogate_loss(
+        softmax.log_prob(target, actions), softmax.log_prob(behaviour, actions), advantages, clip
+    )
 
 
 def softmax_prob(row, action: int) -> float:
@@ -59,7 +69,8 @@ def test_at_ratio_one_its_gradient_is_the_policy_gradient():
     loss, metrics = clipped_surrogate_loss(target, behaviour, actions, advantages, 0.2)
     (grad,) = torch.autograd.grad(loss, target)
     same = behaviour.clone().requires_grad_(True)
-    pg, _ = policy_gradient_loss(same, actions, advantages)
+    softmax = ActionDistribution(ActionSpec.categorical(same.shape[-1]))
+    pg, _ = policy_gradient_loss(softmax.log_prob(same, actions), advantages)
     (pg_grad,) = torch.autograd.grad(pg, same)
     torch.testing.assert_close(grad, pg_grad)
     assert float(metrics["ppo/clip_fraction"]) == 0.0 and float(metrics["ppo/ratio_mean"]) == 1.0

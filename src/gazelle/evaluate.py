@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from gazelle import checkpoint
+from gazelle.envs.action_spaces import native_action
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -36,6 +37,7 @@ def run_episodes(
     seed: int,
     recorder: EpisodeRecorder | None = None,
     level: int = 0,
+    action_bounds: str = "clip",
 ) -> list[float]:
     """Returns of `episodes` whole games of `env` (one env, batch of 1); `recorder` gets the
     colour frame after every reset and step. `level`: the env's level id in the run (picks
@@ -46,7 +48,9 @@ def run_episodes(
     if recorder is not None:
         recorder.frame(0)
     state = agent.initial_state(1)
-    action = torch.zeros(1, dtype=torch.long)
+    action = torch.from_numpy(agent.actions.zeros(1))
+    # why: the agent's action (an index, or flat values) -> the env's own (`action_spaces`).
+    native = native_action(env.action_space, action_bounds)
     reward = torch.zeros(1)
     done = torch.ones(1, dtype=torch.bool)
     episode_return, steps = 0.0, 0
@@ -58,7 +62,7 @@ def run_episodes(
                 encode(batch), action, reward, done, state, greedy=greedy, level=levels
             )
             action = out.action
-            obs, r, terminated, truncated, info = env.step(int(action[0]))
+            obs, r, terminated, truncated, info = env.step(native(action[0].numpy()))
             if recorder is not None:
                 recorder.frame(len(returns))  # why: before the append, so an end frame
             episode_return += float(r)
@@ -149,11 +153,21 @@ def evaluate(
                                     num_levels=levels_out,
                                     activation=config.model.activation,
                                     subtract_background=bool(
-                                        config.model.subtract_background))  # fmt: skip
+                                        config.model.subtract_background),
+                                    log_std=config.model.log_std,
+                                    initial_log_std=config.model.initial_log_std)  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(
-                agent, env, episodes, greedy, encode, seed + index, recorder, level=index
+                agent,
+                env,
+                episodes,
+                greedy,
+                encode,
+                seed + index,
+                recorder,
+                level=index,
+                action_bounds=config.model.action_bounds,
             )
             fps = float(env.metadata.get("render_fps", 30)) / default_action_repeats(level)
         finally:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from gazelle.actions import ActionSpec
+
 if TYPE_CHECKING:  # why: envs import this module in every actor process; torch costs ~1.5 s
     import torch
 
@@ -119,15 +121,17 @@ class ObsSpec:
     Build it from its fields, `ObsSpec(fields=(...), num_actions=n)`, or in the form of the
     `frame` + `instruction` contract, `ObsSpec(frame_shape, frame_dtype, num_actions,
     has_instruction)`: a `[C, H, W]` frame is an image field `frame`, a `[D]` frame a vector
-    field, and `has_instruction` adds the text field `instruction`.
+    field, and `has_instruction` adds the text field `instruction`. `num_actions=n` means
+    one of `n` discrete actions; any other action space is given as `actions=ActionSpec(...)`
+    (`gazelle.actions`) instead.
 
     Attributes:
         fields: the observation's fields in a fixed order (`frame` first when present).
-        num_actions: size of the discrete action set (indices `0..num_actions-1`).
+        actions: the env's actions (`gazelle.actions.ActionSpec`).
     """
 
     fields: tuple[ObsField, ...]
-    num_actions: int
+    actions: ActionSpec
 
     def __init__(
         self,
@@ -137,6 +141,7 @@ class ObsSpec:
         has_instruction: bool = False,
         *,
         fields: tuple[ObsField, ...] | None = None,
+        actions: ActionSpec | None = None,
     ) -> None:
         if fields is None:
             if frame_shape is None:
@@ -149,8 +154,23 @@ class ObsSpec:
         names = [f.name for f in fields]
         if len(set(names)) != len(names) or not fields:
             raise ValueError(f"ObsSpec: no field, or a name given twice: {names}")
+        if actions is None:
+            if int(num_actions) < 1:
+                raise ValueError("ObsSpec needs num_actions >= 1 or an ActionSpec (actions=)")
+            actions = ActionSpec.categorical(int(num_actions))
+        elif num_actions and (not actions.is_scalar or actions.num_actions != num_actions):
+            raise ValueError(f"ObsSpec: num_actions={num_actions} and actions {actions} differ")
         object.__setattr__(self, "fields", tuple(fields))
-        object.__setattr__(self, "num_actions", int(num_actions))
+        object.__setattr__(self, "actions", actions)
+
+    @property
+    def num_actions(self) -> int:
+        """The number of actions of an env with one discrete action set (`Discrete(n)`).
+
+        Raises:
+            ValueError: the env's actions are of another form (`actions` describes them).
+        """
+        return self.actions.num_actions
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -171,7 +191,7 @@ class ObsSpec:
         kept = tuple(f for f in self.fields if f.name not in names)
         if not kept:
             raise ValueError("withholding every observation field leaves the agent nothing")
-        return ObsSpec(fields=kept, num_actions=self.num_actions)
+        return ObsSpec(fields=kept, actions=self.actions)
 
     @property
     def frame_shape(self) -> tuple[int, ...]:
@@ -221,8 +241,11 @@ class AgentOutput(NamedTuple):
     """One agent output, per step `[B, ...]` or per unroll `[T, B, ...]`.
 
     Attributes:
-        action: sampled (or greedy) action index, int64 `[..]`.
-        policy_logits: unnormalised log-probabilities, float `[.., A]`.
+        action: sampled (or greedy) action, `[.., *actions.shape]` (`gazelle.actions`): an
+            int64 index `[..]` for one discrete action set.
+        policy_logits: the policy's distribution parameters, float `[.., P]`
+            (`ActionSpec.num_params`): unnormalised log-probabilities of a discrete action
+            set; a Gaussian's means and log-stds (`gazelle.distributions`).
         baseline: state-value estimate, float `[..]`.
     """
 

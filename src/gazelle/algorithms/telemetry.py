@@ -101,8 +101,11 @@ class Telemetry:
         for stage, seconds in zip(ACTOR_STAGES, event["timing"]):
             self.timings.add(f"actor_{stage}_per_step", seconds)
         counts = np.asarray(event["action_counts"], dtype=np.int64)
-        # why: one count per action taken, so their sum is the unroll's agent steps.
-        self.level_frames[level] += int(counts.sum()) * self.frame_scale
+        # why: an event without "steps" (an older sender) has one count per action taken.
+        steps = int(event.get("steps", counts.sum()))
+        self.level_frames[level] += steps * self.frame_scale
+        if not len(counts):
+            return
         if self.action_counts is None or len(self.action_counts) != len(counts):
             self.action_counts = counts
         else:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from gazelle.config import Config
+from gazelle.distributions import random_actions
 from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 
 
@@ -36,7 +37,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
         settings = trainer_settings(config, found.action_repeats)
         rollout: dict[str, torch.Tensor] = {
             **fake_obs(spec, (steps + 1, envs)),
-            "action": torch.randint(0, spec.num_actions, (steps + 1, envs)),
+            "action": random_actions(spec.actions, (steps + 1, envs)),
             "reward": torch.randn(steps + 1, envs),
             "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
             "truncated": torch.zeros(steps + 1, envs, dtype=torch.bool),
@@ -48,7 +49,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
             rollout["state_h"], rollout["state_c"] = agent.initial_state(envs)
         obs = fake_obs(spec, (envs,))
         state = agent.initial_state(envs)
-        zeros = torch.zeros(envs, dtype=torch.long), torch.zeros(envs)
+        zeros = torch.from_numpy(spec.actions.zeros(envs)), torch.zeros(envs)
         done = torch.zeros(envs, dtype=torch.bool)
 
         def act() -> int:

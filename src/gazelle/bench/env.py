@@ -23,7 +23,6 @@ from functools import partial
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from gazelle.envs.batch import SerialEnvs
 from gazelle.runtime.part_costs import cpu_seconds
@@ -61,16 +60,11 @@ def _timed(step: Callable[[int], Any], steps_per_call: int, seconds: float) -> t
     return steps / wall, steps / cpu if cpu > 0 else float("nan")
 
 
-def _num_actions(space: gym.Space) -> int:
-    if not isinstance(space, gym.spaces.Discrete):
-        raise TypeError(f"expected a Discrete action space, got {space}")
-    return int(space.n)
-
-
 def measure_env(env: gym.Env, seconds: float, seed: int = 0) -> tuple[float, float]:
     """(steps per wall second, steps per CPU-second) of one bare env, reset on every end."""
-    rng = np.random.default_rng(seed)
-    actions = rng.integers(0, _num_actions(env.action_space), size=_ACTION_TABLE).tolist()
+    env.action_space.seed(seed)
+    # why: drawn before the clock starts, so the rate is the env's alone.
+    actions = [env.action_space.sample() for _ in range(_ACTION_TABLE)]
     env.reset(seed=seed)
 
     def step(k: int) -> None:
@@ -83,9 +77,12 @@ def measure_env(env: gym.Env, seconds: float, seed: int = 0) -> tuple[float, flo
 
 def measure_batch(envs: SerialEnvs, seconds: float, seed: int = 0) -> tuple[float, float]:
     """(env steps per wall second, env steps per CPU-second) of a batch: `N` per call."""
-    rng = np.random.default_rng(seed)
-    size = (_ACTION_TABLE, envs.num_envs)
-    actions = rng.integers(0, envs.obs_spec.num_actions, size=size)
+    import torch
+
+    from gazelle.distributions import random_actions
+
+    torch.manual_seed(seed)
+    actions = random_actions(envs.obs_spec.actions, (_ACTION_TABLE, envs.num_envs)).numpy()
     envs.reset()
     return _timed(lambda k: envs.step(actions[k % _ACTION_TABLE]), envs.num_envs, seconds)
 

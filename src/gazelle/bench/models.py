@@ -58,7 +58,7 @@ def _seconds_per_call(fn: Callable[[], object], seconds: float, min_calls: int) 
 def _inputs(spec: ObsSpec, shape: tuple[int, ...], gen: torch.Generator) -> tuple[Any, ...]:
     """Random agent inputs of leading shape `shape` (`[B]` or `[T, B]`)."""
     obs = random_obs(spec, shape, gen)
-    last_action = torch.randint(0, spec.num_actions, shape, generator=gen)
+    last_action = torch.randint(0, spec.num_actions, shape, generator=gen)  # one action set
     reward = torch.randn(shape, generator=gen)
     done = torch.rand(shape, generator=gen) < 0.002  # a rare episode end, as in practice
     return obs, last_action, reward, done

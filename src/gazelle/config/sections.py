@@ -81,6 +81,17 @@ class ModelConfig:
     Glorot-uniform convs and LSTM, heads with normalised columns of norm 0.01 for the
     logits and 1.0 for the value) or torch (torch's defaults); unset: the preset's (seed,
     but universe with --algo a3c --preset universe-starter)."""
+    log_std: str = "parameter"
+    """Continuous actions (a float Box action space): the Gaussian policy's log-stds are a
+    learned parameter, the same in every state (parameter, as PPO's continuous policy), or
+    outputs of the policy head (state)."""
+    initial_log_std: float = 0.0
+    """Continuous actions: the Gaussian's log-std at the start, in units of half each
+    bounded dimension's range (0: a std of half the range)."""
+    action_bounds: str = "clip"
+    """Continuous actions: how a Gaussian sample reaches a bounded Box: clip (to [-1, 1],
+    then scaled onto the bounds) or tanh (squashed); the importance ratios are computed on
+    the sample itself either way, and an unbounded dimension takes the sample as it is."""
 
 
 @dataclass(frozen=True)

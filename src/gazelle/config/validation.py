@@ -21,6 +21,8 @@ ACTIVATION_CHOICES = ("relu", "elu")
 #: (`gazelle.models.torsos.WITH_ACTIVATION`).
 TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
+LOG_STD_CHOICES = ("parameter", "state")
+ACTION_BOUNDS_CHOICES = ("clip", "tanh")
 
 
 class _Checks:
@@ -65,6 +67,9 @@ def validate(config: Config) -> Config:
     _validate_torso(config.model.torso)
     check.choice("init", INIT_CHOICES, allow_none=True)
     check.choice("activation", ACTIVATION_CHOICES, allow_none=True)
+    check.choice("log_std", LOG_STD_CHOICES)
+    check.choice("action_bounds", ACTION_BOUNDS_CHOICES)
+    check.in_range("initial_log_std", -20.0, 2.0)
     torso = config.model.torso
     if config.model.activation is not None and torso not in ("auto", *TORSO_ACTIVATIONS):
         raise ConfigError(

@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from gazelle.envs.action_spaces import native_action
 from gazelle.types import FRAME, TEXT, ObsSpec
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ class BatchArrays:
     """The arrays of a batch of `N` envs; row `i` belongs to env `i`.
 
     Attributes:
-        action: int64 `[N]`, written by the batch before a step.
+        action: `[N, *actions.shape]` of the action spec's dtype (int64 `[N]` for one
+            discrete action set), written by the batch before a step.
         reward: float32 `[N]`.
         terminated, truncated, game_over: bool `[N]`.
         episode_return: float32 `[N]`, game total so far (see `gazelle.envs.batch`).
@@ -54,7 +56,7 @@ class BatchArrays:
         n = num_envs
         arrays = [f for f in spec.fields if f.kind != TEXT]
         return cls(
-            action=np.zeros(n, np.int64),
+            action=spec.actions.zeros(n),
             reward=np.zeros(n, np.float32),
             terminated=np.zeros(n, np.bool_),
             truncated=np.zeros(n, np.bool_),
@@ -102,9 +104,13 @@ class EnvSlot:
         env_fn: Callable[[], gym.Env],
         seed: int | None,
         arrays: BatchArrays,
+        action_bounds: str = "clip",
     ) -> None:
         self.index = index
         self.env = env
+        self._bounds = action_bounds
+        #: The stored action -> the env's native action (`gazelle.envs.action_spaces`).
+        self._native = native_action(env.action_space, action_bounds)
         self._env_fn = env_fn
         self._seed = seed
         self._first_seed = seed
@@ -130,7 +136,8 @@ class EnvSlot:
         """Step with `action[index]`, auto-resetting on an end; returns an error or None."""
         i, arrays = self.index, self._arrays
         try:
-            obs, reward, terminated, truncated, info = self.env.step(int(arrays.action[i]))
+            native = self._native(arrays.action[i])
+            obs, reward, terminated, truncated, info = self.env.step(native)
             obs = as_dict(obs)
             bad = _nonfinite(reward, obs)
             if bad is not None:
@@ -194,6 +201,7 @@ class EnvSlot:
             self.env.close()
         # why: a second failure propagates: the env cannot be brought back.
         self.env = self._env_fn()
+        self._native = native_action(self.env.action_space, self._bounds)
         self._rebuilds += 1
         self._write_reset(self.env.reset(seed=self._rebuild_seed())[0])
         return error

@@ -6,9 +6,9 @@ uint8 `[C, H, W]`; every other supported space a float32 vector `[D]` (Discrete 
 MultiDiscrete one-hot). A Dict keeps its keys, each converted by its space (`key_converter`):
 images as above, other Boxes and MultiBinary float32 vectors, Discrete and MultiDiscrete
 indices from 0 (embedded by the agent), Text as text; the key `frame` is taken as already in
-gazelle's form (uint8 `[C, H, W]` or a vector) and `instruction` as text. Actions become
-`Discrete(n)` indices `0..n-1`, mapped to the env's native action inside (the seed's
-`action_set`).
+gazelle's form (uint8 `[C, H, W]` or a vector) and `instruction` as text. The action space
+stays the env's own: the env batch reads it (`gazelle.envs.action_spaces`) and hands each
+env its native action.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from gazelle.types import FRAME, INSTRUCTION, RESERVED_KEYS
 
 #: Longest instruction text accepted by the `instruction` space.
 MAX_INSTRUCTION_CHARS = 1024
-#: Largest MultiDiscrete action product flattened into one Discrete set.
-MAX_FLAT_ACTIONS = 4096
 
 Obs = dict[str, Any]
 
@@ -137,38 +135,8 @@ def dict_converter(space: spaces.Dict) -> tuple[spaces.Dict, Callable[[Any], Obs
     return out, lambda o: {name: fn(o[key]) for key, (name, _, fn) in converters.items()}
 
 
-def action_mapper(space: spaces.Space) -> tuple[int, Callable[[int], Any]]:
-    """Return the number of discrete actions and the index -> native action function.
-
-    Raises:
-        ValueError: the space is continuous (Box) or otherwise not discrete.
-    """
-    if isinstance(space, spaces.Discrete):
-        start = int(space.start)
-        return int(space.n), lambda i: start + i
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = tuple(int(n) for n in space.nvec.reshape(-1))
-        total = int(np.prod(nvec))
-        if total > MAX_FLAT_ACTIONS:
-            raise ValueError(
-                f"action space {space} has {total} combinations (> {MAX_FLAT_ACTIONS})"
-            )
-        starts = space.start.reshape(-1)
-        shape = space.nvec.shape
-
-        def native(i: int) -> np.ndarray:
-            return (np.array(np.unravel_index(i, nvec)) + starts).reshape(shape)
-
-        return total, native
-    kind = "continuous action space" if isinstance(space, spaces.Box) else "action space"
-    raise ValueError(
-        f"unsupported {kind} {space}: gazelle's agents choose one of n discrete actions; "
-        "wrap the env to discretise it (e.g. a fixed set of Box actions) first"
-    )
-
-
 class GymAdapter(gymnasium.Wrapper):
-    """Wrap a Gymnasium env into gazelle's obs dict and Discrete action contract.
+    """Wrap a Gymnasium env into gazelle's obs dict contract, with action repeats.
 
     Args:
         env: any Gymnasium env.
@@ -208,8 +176,6 @@ class GymAdapter(gymnasium.Wrapper):
             obs_space = spaces.Dict({FRAME: box})
             self._convert = lambda o: {FRAME: frame_fn(o)}
         self.observation_space = obs_space
-        n, self._native = action_mapper(env.action_space)
-        self.action_space = spaces.Discrete(n)
         if seed is not None:
             self.action_space.seed(seed)
 
@@ -220,10 +186,9 @@ class GymAdapter(gymnasium.Wrapper):
         return self._convert(obs), info
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
-        native = self._native(int(action))
         total = 0.0
         for _ in range(self._repeats):
-            obs, reward, terminated, truncated, info = self.env.step(native)
+            obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
             if terminated or truncated:
                 break

@@ -85,6 +85,8 @@ class SerialEnvs:
     Args:
         env_fns: one factory per env (called again to rebuild an env whose reset raised).
         seeds: seed of each env's first reset (None: unseeded, or the factory's own seed).
+        action_bounds: how Gaussian actions are brought onto a Box's bounds (clip | tanh,
+            `gazelle.actions.ActionSpec.env_values`).
 
     Raises:
         ValueError: no factory, a seed count other than `N`, or envs whose spaces differ.
@@ -92,7 +94,10 @@ class SerialEnvs:
     """
 
     def __init__(
-        self, env_fns: Sequence[Callable[[], gym.Env]], seeds: Iterable[int] | None = None
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        seeds: Iterable[int] | None = None,
+        action_bounds: str = "clip",
     ) -> None:
         if not env_fns:
             raise ValueError("env_fns is empty")
@@ -115,7 +120,7 @@ class SerialEnvs:
         self.obs_spec: ObsSpec = specs.pop()
         self._arrays = BatchArrays.zeros(self.num_envs, self.obs_spec)
         self._slots = [
-            EnvSlot(i, env, fn, seed, self._arrays)
+            EnvSlot(i, env, fn, seed, self._arrays, action_bounds)
             for i, (env, fn, seed) in enumerate(zip(envs, env_fns, seed_list))
         ]
         # why: callers get read-only views, so they cannot write into the batch's buffers.
@@ -136,19 +141,21 @@ class SerialEnvs:
         return self._obs()
 
     def step(self, actions: np.ndarray) -> BatchStep:
-        """Step env `i` with `actions[i]` (int `[N]`); see the module docstring.
+        """Step env `i` with `actions[i]` (`[N, *obs_spec.actions.shape]`: int `[N]` for one
+        discrete action set), each env given its native action; see the module docstring.
 
         Raises:
             RuntimeError: the batch is closed, or `reset()` was never called.
-            ValueError: `actions` is not of shape `[N]`.
+            ValueError: `actions` is not of that shape.
         """
         if self._closed:
             raise RuntimeError("the env batch is closed")
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"actions must have shape ({self.num_envs},), got {actions.shape}")
+        shape = (self.num_envs, *self.obs_spec.actions.shape)
+        if actions.shape != shape:
+            raise ValueError(f"actions must have shape {shape}, got {actions.shape}")
         arrays = self._arrays
         arrays.action[:] = actions
         errors: list[tuple[int, str]] = []

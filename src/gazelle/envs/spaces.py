@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gazelle.envs.action_spaces import action_spec_of
 from gazelle.types import (
     FRAME,
     ObsField,
@@ -75,14 +76,14 @@ def field_of(name: str, space: spaces.Space[Any]) -> ObsField:
 
 def obs_spec_of(observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> ObsSpec:
     """`ObsSpec` of an env with gazelle's observations (a Dict in the form above, or a bare
-    `[C, H, W]` uint8 / `[D]` Box taken as `frame`) and a `Discrete(n)` action space
-    starting at 0. `frame` comes first; the other keys keep the space's order.
+    `[C, H, W]` uint8 / `[D]` Box taken as `frame`) and any action space that
+    `gazelle.envs.action_spaces` reads. `frame` comes first; the other keys keep the space's
+    order.
 
     Raises:
         ValueError: a space gazelle cannot describe.
     """
-    if not isinstance(action_space, spaces.Discrete) or int(action_space.start) != 0:
-        raise ValueError(f"expected a Discrete(n) action space starting at 0, got {action_space}")
+    actions = action_spec_of(action_space)
     members = (
         dict(observation_space.spaces)
         if isinstance(observation_space, spaces.Dict)
@@ -90,4 +91,4 @@ def obs_spec_of(observation_space: spaces.Space[Any], action_space: spaces.Space
     )
     fields = [field_of(str(name), space) for name, space in members.items()]
     fields.sort(key=lambda f: f.name != FRAME)  # why: stable, so only frame moves
-    return ObsSpec(fields=tuple(fields), num_actions=int(action_space.n))
+    return ObsSpec(fields=tuple(fields), actions=actions)

@@ -5,12 +5,17 @@ outside if a mean is wanted), and returns `(loss, metrics)`. Metric values are d
 tensors on the loss' device, not Python floats, so computing them never forces a GPU sync;
 the logger converts them when it writes. Metric names are stable:
 
+The policy terms take log-probabilities and entropies per step, `[T, B]` (summed over an
+action's components by `gazelle.distributions`), so they hold for any action space; they
+never see a space or a distribution.
+
 - `losses/policy`, `losses/baseline`, `losses/entropy`: the terms as defined below (the
-  entropy term is `sum p log p`, i.e. minus the entropy), `losses/total`: the weighted sum;
+  entropy term is minus the entropy, `sum p log p` for a softmax), `losses/total`: the
+  weighted sum;
 - `policy/entropy`: the mean per-step entropy of the policy (positive, in nats);
-- `policy/pg_logit_grad_norm`, `policy/entropy_logit_grad_norm`: the global norms of the
-  policy term's and the weighted entropy term's gradients in the logits (`logit_grad_norms`):
-  which of the two pulls the policy harder;
+- `policy/pg_logit_grad_norm`, `policy/entropy_logit_grad_norm` (one discrete action set):
+  the global norms of the policy term's and the weighted entropy term's gradients in the
+  logits (`logit_grad_norms`): which of the two pulls the policy harder;
 - `vtrace/pg_advantage_mean` and, given from-logits V-trace output, `vtrace/rho_mean`,
   `vtrace/rho_above_1` (the fraction of steps whose ratio the default clip at 1 cuts) and
   `vtrace/kl_behaviour_target` (`mean(-log rho)`: an unbiased estimate of KL(mu || pi) from
@@ -30,7 +35,7 @@ from gazelle.losses._checks import (
     require_same_device,
     require_shape,
 )
-from gazelle.losses.vtrace import VTraceFromLogitsReturns, VTraceReturns, action_log_probs
+from gazelle.losses.vtrace import VTraceFromLogitsReturns, VTraceReturns
 
 #: Metric name -> detached 0-dim tensor.
 Metrics = dict[str, torch.Tensor]
@@ -39,35 +44,33 @@ Metrics = dict[str, torch.Tensor]
 REWARD_CLIPPING_MODES = ("abs_one", "soft_asymmetric", "none")
 
 
-def _check_policy_inputs(fn: str, logits: torch.Tensor, actions: torch.Tensor) -> None:
-    require_float(fn, logits=logits)
-    require_min_dim(fn, "logits", logits, 2, "[T, B, A] (or [T, A])")
-    require_int(fn, actions=actions)
-    require_shape(fn, "actions", actions, logits.shape[:-1], "the logits without actions")
-    require_same_device(fn, logits=logits, actions=actions)
+def _check_policy_inputs(fn: str, action_log_probs: torch.Tensor, entropy: torch.Tensor) -> None:
+    require_float(fn, action_log_probs=action_log_probs, entropy=entropy)
+    require_min_dim(fn, "action_log_probs", action_log_probs, 1, "[T, B] (or [T])")
+    require_shape(fn, "entropy", entropy, action_log_probs.shape, "`action_log_probs`' shape")
+    require_same_device(fn, action_log_probs=action_log_probs, entropy=entropy)
 
 
 def policy_gradient_loss(
-    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
+    action_log_probs: torch.Tensor, advantages: torch.Tensor
 ) -> tuple[torch.Tensor, Metrics]:
     """`sum_{t,b} -log pi(a_t|x_t) * stop_gradient(A_t)`.
 
-    Its gradient in the logits is `(softmax(logits) - onehot(actions)) * A`.
+    For a softmax policy its gradient in the logits is `(softmax(logits) - onehot(a)) * A`.
 
     Args:
-        logits: policy logits `[T, B, A]` (any `[..., A]`).
-        actions: integer actions `[T, B]`.
-        advantages: `[T, B]`; no gradient flows into them.
+        action_log_probs: `log pi(a_t|x_t)` of the actions taken, `[T, B]` (any shape), summed
+            over an action's components (`gazelle.distributions`); gradients flow.
+        advantages: shaped like `action_log_probs`; no gradient flows into them.
 
     Returns:
         `(loss, {"losses/policy": ...})`, loss a 0-dim tensor.
     """
     fn = "actor_critic.policy_gradient_loss"
-    _check_policy_inputs(fn, logits, actions)
-    require_float(fn, advantages=advantages)
-    require_shape(fn, "advantages", advantages, actions.shape, "the shape of `actions`")
-    cross_entropy = -action_log_probs(logits, actions)
-    loss = torch.sum(cross_entropy * advantages.detach())
+    require_float(fn, action_log_probs=action_log_probs, advantages=advantages)
+    require_shape(fn, "advantages", advantages, action_log_probs.shape, "`action_log_probs`' shape")
+    require_same_device(fn, action_log_probs=action_log_probs, advantages=advantages)
+    loss = torch.sum(-action_log_probs * advantages.detach())
     return loss, {"losses/policy": loss.detach()}
 
 
@@ -85,30 +88,29 @@ def baseline_loss(advantages: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
     return loss, {"losses/baseline": loss.detach()}
 
 
-def entropy_loss(logits: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
-    """`sum_{t,b} sum_a p_a log p_a` (minus the entropy): minimising it maximises entropy.
+def entropy_loss(entropy: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+    """`-sum_{t,b} H(pi(.|x_t))` (for a softmax policy `sum p log p`): minimising it
+    maximises the entropy.
 
     Args:
-        logits: policy logits `[T, B, A]` (any `[..., A]`).
+        entropy: the policy's entropy per step, `[T, B]` (any shape; `gazelle.distributions`);
+            gradients flow.
 
     Returns:
         `(loss, {"losses/entropy": loss, "policy/entropy": mean per-step entropy})`.
     """
-    fn = "actor_critic.entropy_loss"
-    require_float(fn, logits=logits)
-    require_min_dim(fn, "logits", logits, 1, "[T, B, A]")
-    log_policy = F.log_softmax(logits, dim=-1)
-    neg_entropy = torch.sum(torch.exp(log_policy) * log_policy, dim=-1)
-    loss = torch.sum(neg_entropy)
-    metrics = {"losses/entropy": loss.detach(), "policy/entropy": -neg_entropy.detach().mean()}
+    require_float("actor_critic.entropy_loss", entropy=entropy)
+    loss = -torch.sum(entropy)
+    metrics = {"losses/entropy": loss.detach(), "policy/entropy": entropy.detach().mean()}
     return loss, metrics
 
 
 def logit_grad_norms(
     logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor, entropy_coef: float
 ) -> Metrics:
-    """The global (Frobenius) norms of two loss terms' gradients in the logits, from their
-    closed forms (no autograd), with `p = softmax(logits)` and `H` the entropy per step:
+    """For a softmax policy (one discrete action set): the global (Frobenius) norms of two
+    loss terms' gradients in the logits, from their closed forms (no autograd), with
+    `p = softmax(logits)` and `H` the entropy per step:
 
     - the policy term `sum -log pi(a) * A`: `A * (p - onehot(a))`;
     - the weighted entropy term `entropy_coef * sum p log p`:
@@ -126,6 +128,10 @@ def logit_grad_norms(
     Returns:
         `{"policy/pg_logit_grad_norm", "policy/entropy_logit_grad_norm"}`, detached 0-dim.
     """
+    fn = "actor_critic.logit_grad_norms"
+    require_min_dim(fn, "logits", logits, 2, "[T, B, A] (or [T, A])")
+    require_int(fn, actions=actions)
+    require_shape(fn, "actions", actions, logits.shape[:-1], "the logits without actions")
     # why: half-precision logits are measured in float32, float64 ones as they are.
     dtype = torch.promote_types(logits.dtype, torch.float32)
     with torch.no_grad():
@@ -142,8 +148,8 @@ def logit_grad_norms(
 
 
 def impala_loss(
-    target_logits: torch.Tensor,
-    actions: torch.Tensor,
+    target_action_log_probs: torch.Tensor,
+    entropy: torch.Tensor,
     values: torch.Tensor,
     vtrace_returns: VTraceReturns | VTraceFromLogitsReturns,
     *,
@@ -153,29 +159,30 @@ def impala_loss(
     """The IMPALA learner's loss: `pg + baseline_cost * baseline + entropy_cost * entropy`.
 
     Args:
-        target_logits: the learner's policy logits `[T, B, A]`.
-        actions: the actions taken `[T, B]`.
+        target_action_log_probs: the learner's `log pi(a_t|x_t)` of the actions taken,
+            `[T, B]`; gradients flow.
+        entropy: the learner's policy entropy per step, `[T, B]`; gradients flow.
         values: the learner's baseline `V(x_t)`, `[T, B]`.
-        vtrace_returns: output of `vtrace.from_logits` (or `from_importance_weights`) for
-            these steps: `vs` is the baseline's target, `pg_advantages` weigh the policy term.
+        vtrace_returns: output of `vtrace.from_action_log_probs` (or `from_logits`,
+            `from_importance_weights`) for these steps: `vs` is the baseline's target,
+            `pg_advantages` weigh the policy term.
         baseline_cost: weight of the baseline term (seed default 0.5).
         entropy_cost: weight of the entropy term (seed default 0.00025).
 
     Returns:
-        `(total, metrics)` with the names listed in this module's docstring.
+        `(total, metrics)` with the names listed in this module's docstring (the logit
+        gradient norms are the caller's: `logit_grad_norms`).
     """
     fn = "actor_critic.impala_loss"
+    _check_policy_inputs(fn, target_action_log_probs, entropy)
     require_float(fn, values=values)
-    require_shape(fn, "values", values, actions.shape, "the shape of `actions`")
+    require_shape(fn, "values", values, entropy.shape, "the shape of `entropy`")
     require_shape(fn, "vtrace_returns.vs", vtrace_returns.vs, values.shape, "`values`' shape")
-    pg, pg_metrics = policy_gradient_loss(target_logits, actions, vtrace_returns.pg_advantages)
+    pg, pg_metrics = policy_gradient_loss(target_action_log_probs, vtrace_returns.pg_advantages)
     baseline, baseline_metrics = baseline_loss(vtrace_returns.vs.detach() - values)
-    entropy, entropy_metrics = entropy_loss(target_logits)
-    total = pg + baseline_cost * baseline + entropy_cost * entropy
+    entropy_term, entropy_metrics = entropy_loss(entropy)
+    total = pg + baseline_cost * baseline + entropy_cost * entropy_term
     metrics = {**pg_metrics, **baseline_metrics, **entropy_metrics, "losses/total": total.detach()}
-    metrics.update(
-        logit_grad_norms(target_logits, actions, vtrace_returns.pg_advantages, entropy_cost)
-    )
     metrics["vtrace/pg_advantage_mean"] = vtrace_returns.pg_advantages.detach().mean()
     if isinstance(vtrace_returns, VTraceFromLogitsReturns):
         log_rhos = vtrace_returns.log_rhos.detach()
@@ -186,8 +193,8 @@ def impala_loss(
 
 
 def a3c_loss(
-    logits: torch.Tensor,
-    actions: torch.Tensor,
+    action_log_probs: torch.Tensor,
+    entropy: torch.Tensor,
     advantages: torch.Tensor,
     returns: torch.Tensor,
     values: torch.Tensor,
@@ -196,15 +203,16 @@ def a3c_loss(
 ) -> tuple[torch.Tensor, Metrics]:
     """The A3C seed's loss: `pi_loss + value_coef * vf_loss - entropy_coef * entropy`.
 
-    With `vf_loss = 0.5 * sum (V - R)^2` and `entropy = -sum p log p`, i.e. in this module's
-    terms `policy + value_coef * baseline + entropy_coef * entropy_term`.
+    With `vf_loss = 0.5 * sum (V - R)^2` and `entropy = sum H(pi(.|x_t))`, i.e. in this
+    module's terms `policy + value_coef * baseline + entropy_coef * entropy_term`.
 
     Args:
-        logits: policy logits `[T, A]` (one rollout) or `[T, B, A]`.
-        actions: integer actions `[T]` / `[T, B]` (indices; the seed feeds one-hot vectors).
-        advantages: GAE advantages, shaped like `actions`; no gradient flows into them.
-        returns: discounted returns `R`, shaped like `actions`; no gradient flows into them.
-        values: the value estimates `V(x_t)`, shaped like `actions`.
+        action_log_probs: `log pi(a_t|x_t)` of the actions taken, `[T]` (one rollout) or
+            `[T, B]` (the seed feeds one-hot actions to a softmax: the same number).
+        entropy: the policy's entropy per step, shaped like `action_log_probs`.
+        advantages: GAE advantages, shaped alike; no gradient flows into them.
+        returns: discounted returns `R`, shaped alike; no gradient flows into them.
+        values: the value estimates `V(x_t)`, shaped alike.
         value_coef: weight of the value loss (seed: 0.5).
         entropy_coef: weight of the entropy bonus (seed: 0.01).
 
@@ -212,16 +220,15 @@ def a3c_loss(
         `(total, metrics)` with the names listed in this module's docstring.
     """
     fn = "actor_critic.a3c_loss"
-    _check_policy_inputs(fn, logits, actions)
+    _check_policy_inputs(fn, action_log_probs, entropy)
     require_float(fn, returns=returns, values=values)
-    require_shape(fn, "returns", returns, actions.shape, "the shape of `actions`")
-    require_shape(fn, "values", values, actions.shape, "the shape of `actions`")
-    pg, pg_metrics = policy_gradient_loss(logits, actions, advantages)
+    require_shape(fn, "returns", returns, entropy.shape, "the shape of `entropy`")
+    require_shape(fn, "values", values, entropy.shape, "the shape of `entropy`")
+    pg, pg_metrics = policy_gradient_loss(action_log_probs, advantages)
     value, value_metrics = baseline_loss(values - returns.detach())
-    entropy, entropy_metrics = entropy_loss(logits)
-    total = pg + value_coef * value + entropy_coef * entropy
+    entropy_term, entropy_metrics = entropy_loss(entropy)
+    total = pg + value_coef * value + entropy_coef * entropy_term
     metrics = {**pg_metrics, **value_metrics, **entropy_metrics, "losses/total": total.detach()}
-    metrics.update(logit_grad_norms(logits, actions, advantages, entropy_coef))
     return total, metrics
 
 

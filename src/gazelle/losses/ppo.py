@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import torch
 
-from gazelle.losses._checks import require_float, require_int, require_shape
-from gazelle.losses.vtrace import action_log_probs
+from gazelle.losses._checks import require_float, require_shape
 
 Metrics = dict[str, torch.Tensor]
 
 
 def clipped_surrogate_loss(
-    target_logits: torch.Tensor,
-    behaviour_logits: torch.Tensor,
-    actions: torch.Tensor,
+    target_action_log_probs: torch.Tensor,
+    behaviour_action_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     clip: float,
 ) -> tuple[torch.Tensor, Metrics]:
@@ -35,9 +33,10 @@ def clipped_surrogate_loss(
     gradient `-A grad log pi`.
 
     Args:
-        target_logits: the learner's logits (policy `pi`), `[T, B, A]`; gradients flow.
-        behaviour_logits: the logits the actions were drawn from (policy `mu`), `[T, B, A]`.
-        actions: the actions taken, integer `[T, B]`.
+        target_action_log_probs: the learner's `log pi(a_t|x_t)` of the actions taken,
+            `[T, B]` (summed over an action's components); gradients flow.
+        behaviour_action_log_probs: `log mu(a_t|x_t)` of the policy the actions were drawn
+            from, `[T, B]`; no gradient flows into it.
         advantages: `[T, B]`; no gradient flows into them.
         clip: the clip range epsilon (> 0).
 
@@ -45,19 +44,19 @@ def clipped_surrogate_loss(
         `(loss, metrics)` with the names in this module's docstring.
     """
     fn = "ppo.clipped_surrogate_loss"
-    require_float(fn, target_logits=target_logits, behaviour_logits=behaviour_logits)
-    require_shape(
-        fn, "behaviour_logits", behaviour_logits, target_logits.shape, "`target_logits`' shape"
+    require_float(
+        fn,
+        target_action_log_probs=target_action_log_probs,
+        behaviour_action_log_probs=behaviour_action_log_probs,
+        advantages=advantages,
     )
-    require_int(fn, actions=actions)
-    require_shape(fn, "actions", actions, target_logits.shape[:-1], "the logits without actions")
-    require_float(fn, advantages=advantages)
-    require_shape(fn, "advantages", advantages, actions.shape, "the shape of `actions`")
+    shape = target_action_log_probs.shape
+    require_shape(fn, "behaviour_action_log_probs", behaviour_action_log_probs, shape,
+                  "`target_action_log_probs`' shape")  # fmt: skip
+    require_shape(fn, "advantages", advantages, shape, "`target_action_log_probs`' shape")
     if not clip > 0:
         raise ValueError(f"{fn}: clip must be > 0; got {clip!r}")
-    log_ratio = action_log_probs(target_logits, actions) - action_log_probs(
-        behaviour_logits.detach(), actions
-    )
+    log_ratio = target_action_log_probs - behaviour_action_log_probs.detach()
     ratio = torch.exp(log_ratio)
     advantages = advantages.detach()
     unclipped = ratio * advantages

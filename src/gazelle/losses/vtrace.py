@@ -200,8 +200,63 @@ def from_logits(
         actions=actions,
     )
 
-    target_action_log_probs = action_log_probs(target_policy_logits, actions)
-    behaviour_action_log_probs = action_log_probs(behaviour_policy_logits, actions)
+    return from_action_log_probs(
+        behaviour_action_log_probs=action_log_probs(behaviour_policy_logits, actions),
+        target_action_log_probs=action_log_probs(target_policy_logits, actions),
+        discounts=discounts,
+        rewards=rewards,
+        values=values,
+        bootstrap_value=bootstrap_value,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+        lambda_=lambda_,
+    )
+
+
+def from_action_log_probs(
+    behaviour_action_log_probs: torch.Tensor,
+    target_action_log_probs: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
+    lambda_: float = 1.0,
+) -> VTraceFromLogitsReturns:
+    """V-trace targets for any policy, given the log-probabilities of the actions taken
+    under the behaviour (`mu`) and target (`pi`) policies (`log_rhos` is their difference;
+    for a composite action, each summed over its components: `gazelle.distributions`).
+
+    Args:
+        behaviour_action_log_probs: `log mu(a_t|x_t)`, `[T, B]`.
+        target_action_log_probs: `log pi(a_t|x_t)`, `[T, B]` (its gradient is kept in the
+            returned `target_action_log_probs` and `log_rhos`).
+        discounts, rewards, values, bootstrap_value, clip_rho_threshold,
+        clip_pg_rho_threshold, lambda_: as in `from_importance_weights`.
+
+    Returns:
+        `VTraceFromLogitsReturns`; all fields `[T, B]`.
+
+    Raises:
+        ValueError: on mismatched shapes, devices or dtypes.
+    """
+    fn = "vtrace.from_action_log_probs"
+    require_float(
+        fn,
+        behaviour_action_log_probs=behaviour_action_log_probs,
+        target_action_log_probs=target_action_log_probs,
+    )
+    require_same_shape(
+        fn,
+        target_action_log_probs=target_action_log_probs,
+        behaviour_action_log_probs=behaviour_action_log_probs,
+    )
+    require_same_device(
+        fn,
+        target_action_log_probs=target_action_log_probs,
+        behaviour_action_log_probs=behaviour_action_log_probs,
+    )
     log_rhos = target_action_log_probs - behaviour_action_log_probs
     returns = from_importance_weights(
         log_rhos=log_rhos,

@@ -3,9 +3,15 @@
 One object serves the actors (`step`/`act`, one observation per env, `[B, ...]`) and the
 learner (`unroll`, `[T, B, ...]`), with the same weights and the same outputs for the same
 inputs. As in the IMPALA seed, the core input is the concatenation of the torso features of
-`frame`, the last reward clipped to [-1, 1], the one-hot last action and then the encoding
+`frame`, the last reward clipped to [-1, 1], the one-hot last action (for other action spaces its
+encoding, `gazelle.distributions.ActionDistribution.encode`) and then the encoding
 of every other field in the obs spec's order (the instruction's for instruction tasks);
 with `last_action_reward=False` (the A3C starter agent's LSTM) the encodings alone.
+
+The policy head gives the parameters of the action distribution (`gazelle.distributions`):
+logits of each discrete component; a Gaussian's means, and its log-stds either as a learned
+parameter of their own, the same in every state (`log_std="parameter"`, PPO's continuous
+policy) or as outputs of the head (`log_std="state"`).
 Each field's encoder follows its kind (`gazelle.models.encoders`): the encoder of `frame` is
 `torso`, that of `instruction` is `instruction`, any other key's is `encoders[key]`, so an
 agent of the `frame` + `instruction` contract has exactly the modules it always had.
@@ -20,9 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from gazelle.actions import GAUSSIAN
+from gazelle.distributions import ActionDistribution
 from gazelle.models.core import LSTMCore
 from gazelle.models.encoders import make_encoder, upscale, upscale_factor
 from gazelle.models.init import seed_init, universe_init
@@ -33,6 +40,12 @@ Obs = dict[str, torch.Tensor]
 
 #: Units of the LSTM core (the IMPALA seed's 256).
 CORE_SIZE = 256
+#: Where a Gaussian policy's log-stds come from (see the module docstring).
+LOG_STD_KINDS = ("parameter", "state")
+#: The seed init's scale of a Gaussian mean's weights: the first actions are the policy's
+#: noise around the middle of the bounds, as PPO's continuous baselines start (their mean
+#: layer: orthogonal with gain 0.01).
+GAUSSIAN_MEAN_INIT_SCALE = 0.01
 
 
 class Agent(nn.Module):
@@ -58,12 +71,16 @@ class Agent(nn.Module):
         num_levels: value outputs, one per level (`ValueHead`): a multi-task run with PopArt
             keeps a normalised value and its statistics per level, as the PopArt paper's
             DMLab-30 agent; `step` and `unroll` then need each row's `level` id.
+        log_std: a Gaussian policy's log-stds: `parameter` (learned, state-independent) or
+            `state` (outputs of the policy head); unused without a Gaussian component.
+        initial_log_std: their initial value (`parameter`) or bias (`state`).
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
             float32 `[B, D]`, text int64 ids `[B, L]` (`gazelle.models.tokenize`), discrete
             int64 `[B, K]`; keys not in the spec are ignored.
-        last_action: int64 `[B]`, the action that led to this observation.
+        last_action: the action that led to this observation, `[B, *actions.shape]` of the
+            action spec's dtype (int64 `[B]` for one discrete action set).
         reward: float32 `[B]`, the raw reward that came with it (clipped inside).
         done: bool `[B]`, this observation starts an episode: the state is reset before it.
         state: `(h, c)` float32 `[B, core_size]` each, or `()`.
@@ -82,10 +99,15 @@ class Agent(nn.Module):
         num_levels: int = 1,
         activation: str | None = None,
         subtract_background: bool = False,
+        log_std: str = "parameter",
+        initial_log_std: float = 0.0,
     ):
         super().__init__()
+        if log_std not in LOG_STD_KINDS:
+            raise ValueError(f"log_std: invalid value {log_std!r}; allowed: parameter | state")
         self.obs_spec = obs_spec
-        self.num_actions = obs_spec.num_actions
+        self.actions = obs_spec.actions
+        self.distribution = ActionDistribution(self.actions)
         self.last_action_reward = last_action_reward
         names = obs_spec.names
         self.torso = (
@@ -113,10 +135,18 @@ class Agent(nn.Module):
         }
         sizes: list[Any] = [self._encoder(name).output_size for name in names]
         core_input = sum(int(size) for size in sizes)
-        core_input += 1 + self.num_actions if last_action_reward else 0
+        core_input += 1 + self.actions.encoding_size if last_action_reward else 0
         self.core = LSTMCore(core_input, core_size) if use_lstm else None
         head_input = core_size if use_lstm else core_input
-        self.policy = nn.Linear(head_input, self.num_actions)
+        gaussian = sum(c.size for c in self.actions.components if c.kind == GAUSSIAN)
+        #: The learned, state-independent log-stds of the Gaussian dimensions, or None.
+        self.log_std = (
+            nn.Parameter(torch.full((gaussian,), float(initial_log_std)))
+            if gaussian and log_std == "parameter"
+            else None
+        )
+        head_outputs = self.actions.num_params - (gaussian if self.log_std is not None else 0)
+        self.policy = nn.Linear(head_input, head_outputs)
         self.baseline = ValueHead(head_input, num_levels)
         if init == "seed":
             seed_init(self)
@@ -124,6 +154,50 @@ class Agent(nn.Module):
             universe_init(self, self.policy, self.baseline)
         elif init != "torch":
             raise ValueError(f"init: invalid value {init!r}; allowed: seed | universe | torch")
+        self._init_gaussian_heads(init, float(initial_log_std))
+
+    def _head_rows(self) -> list[tuple[str, int, int]]:
+        """`(what, start, end)` of each block of the policy head's outputs, in order:
+        `logits`, `mean`, `log_std` (a Gaussian's, when the head gives them)."""
+        rows, start = [], 0
+        for c in self.actions.components:
+            blocks = [("logits", c.size)] if c.kind != GAUSSIAN else [("mean", c.size)]
+            if c.kind == GAUSSIAN and self.log_std is None:
+                blocks.append(("log_std", c.size))
+            for what, size in blocks:
+                rows.append((what, start, start + size))
+                start += size
+        return rows
+
+    def _init_gaussian_heads(self, init: str, initial_log_std: float) -> None:
+        """Small Gaussian means at the start (seed init, `GAUSSIAN_MEAN_INIT_SCALE`); log-std
+        outputs of the head start at `initial_log_std` (their bias)."""
+        with torch.no_grad():
+            for what, start, end in self._head_rows():
+                if what == "mean" and init == "seed":
+                    self.policy.weight[start:end].mul_(GAUSSIAN_MEAN_INIT_SCALE)
+                elif what == "log_std":
+                    self.policy.bias[start:end].fill_(initial_log_std)
+
+    def policy_params(self, head: torch.Tensor) -> torch.Tensor:
+        """The policy head's outputs `[N, H]` -> the distribution's parameters `[N, P]`
+        (`gazelle.distributions`): the learned log-stds put after each Gaussian's means."""
+        if self.log_std is None:
+            return head
+        parts, column, used = [], 0, 0
+        for c in self.actions.components:
+            parts.append(head[:, column : column + c.size])  # logits, or the means
+            column += c.size
+            if c.kind == GAUSSIAN:
+                parts.append(self.log_std[used : used + c.size].expand(len(head), c.size))
+                used += c.size
+        return torch.cat(parts, dim=-1)
+
+    @property
+    def num_actions(self) -> int:
+        """The number of actions of one discrete action set (ValueError for other spaces:
+        `actions` describes them)."""
+        return self.actions.num_actions
 
     @property
     def num_levels(self) -> int:
@@ -259,8 +333,9 @@ class Agent(nn.Module):
         parts = [] if self.torso is None else [self._encode(FRAME, obs)]  # [T*B, F]
         if self.last_action_reward:
             clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
-            one_hot_action = F.one_hot(last_action.reshape(-1).long(), self.num_actions).float()
-            parts += [clipped_reward, one_hot_action]
+            # why: the actions' own dims follow the time and batch dims.
+            flat_action = last_action.reshape(-1, *self.actions.shape)
+            parts += [clipped_reward, self.distribution.encode(flat_action)]
         parts += [self._encode(name, obs) for name in self._others]
         core_input = torch.cat(parts, dim=-1)  # [T*B, I]
 
@@ -271,16 +346,14 @@ class Agent(nn.Module):
             core_output = core_input
 
         with torch.autocast(core_output.device.type, enabled=False):
-            policy_logits = self.policy(core_output)  # [T*B, A]
+            policy_logits = self.policy_params(self.policy(core_output))  # [T*B, P]
             if level is not None:
                 level = level.expand(num_steps, batch_size).reshape(-1)  # [T*B]
             baseline = self.baseline(core_output, level).squeeze(-1)  # [T*B]
-        with torch.no_grad():
-            if greedy:
-                action = policy_logits.argmax(dim=-1)
-            else:
-                probs = F.softmax(policy_logits, dim=-1)
-                action = torch.multinomial(probs, num_samples=1).squeeze(-1)
+        if greedy:
+            action = self.distribution.mode(policy_logits)
+        else:
+            action = self.distribution.sample(policy_logits)
         outputs = AgentOutput(action, policy_logits, baseline)
         shaped = AgentOutput(*(t.view(num_steps, batch_size, *t.shape[1:]) for t in outputs))
         return shaped, state
@@ -303,13 +376,16 @@ def build_agent(
     num_levels: int = 1,
     activation: str | None = None,
     subtract_background: bool = False,
+    log_std: str = "parameter",
+    initial_log_std: float = 0.0,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
     value outputs: one per level of a multi-task run with PopArt, else 1."""
     return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
                  last_action_reward=last_action_reward, num_levels=num_levels,
-                 activation=activation, subtract_background=subtract_background)  # fmt: skip
+                 activation=activation, subtract_background=subtract_background,
+                 log_std=log_std, initial_log_std=initial_log_std)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

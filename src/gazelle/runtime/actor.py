@@ -6,8 +6,9 @@ The actor knows nothing of transport: it writes through an `UnrollWriter` and ac
 `Policy` (`gazelle.runtime.policy`: its own agent copy, or the central inference server),
 both handed to it by a backend. Telemetry does not travel with the data: once per unroll it
 reports one "unroll" event (the episodes that ended, with their level, return, length and
-the env's statistics of each; seconds per step in each stage; how often each action was
-taken) through `report`, so a dropped or stale unroll loses no statistic.
+the env's statistics of each; seconds per step in each stage; the agent steps; how often
+each action was taken, for one discrete action set) through `report`, so a dropped or
+stale unroll loses no statistic.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ class ActorSpec:
     activation: str | None = None
     #: The image torsos put each frame's background at 0 (`gazelle.models.torsos`).
     subtract_background: bool = False
+    #: A Gaussian policy's log-stds (`gazelle.models.Agent`): parameter | state.
+    log_std: str = "parameter"
+    #: Their initial value.
+    initial_log_std: float = 0.0
+    #: How Gaussian actions reach a Box's bounds (`gazelle.actions`): clip | tanh.
+    action_bounds: str = "clip"
 
     @property
     def value_level(self) -> int | None:
@@ -71,6 +78,8 @@ def actor_agent(spec: ActorSpec) -> Agent:
         num_levels=spec.num_levels,
         activation=spec.activation,
         subtract_background=spec.subtract_background,
+        log_std=spec.log_std,
+        initial_log_std=spec.initial_log_std,
     )
 
 
@@ -82,7 +91,7 @@ def make_env_batch(spec: ActorSpec) -> Any:
         functools.partial(make, spec.level, seed=spec.seed + j, **spec.env_kwargs)
         for j in range(spec.envs_per_actor)
     ]
-    return SerialEnvs(fns)
+    return SerialEnvs(fns, action_bounds=spec.action_bounds)
 
 
 class ObsEncoder:
@@ -144,9 +153,9 @@ class Actor:
             # state (already initial) and keeps the loss from bootstrapping across it.
             "truncated": torch.ones(num_envs, dtype=torch.bool),
             "truncation_value": torch.zeros(num_envs),
-            "action": torch.zeros(num_envs, dtype=torch.int64),
+            "action": torch.from_numpy(spec.obs_spec.actions.zeros(num_envs)),
             "baseline": torch.zeros(num_envs),
-            "policy_logits": torch.zeros(num_envs, spec.obs_spec.num_actions),
+            "policy_logits": torch.zeros(num_envs, spec.obs_spec.actions.num_params),
         }
 
     def _write(self, slots: torch.Tensor, t: int) -> None:
@@ -185,7 +194,9 @@ class Actor:
         inference_s = env_s = 0.0
         start = clock()
         episodes: list[tuple[float, int, dict[str, float]]] = []
-        actions = torch.zeros(spec.obs_spec.num_actions, dtype=torch.int64)
+        # why: a histogram of the actions of one discrete action set (none for others).
+        scalar = spec.obs_spec.actions.is_scalar
+        counts = torch.zeros(spec.obs_spec.actions.num_actions if scalar else 0, dtype=torch.int64)
         self.policy.begin_unroll()
         self._write(slots, 0)  # why: index 0 repeats the previous unroll's last step
         self.buffers.write_state(slots, self.policy.state)
@@ -208,7 +219,8 @@ class Actor:
                     }
                 )
             reward = torch.from_numpy(np.asarray(step.reward, dtype=np.float32))
-            actions += torch.bincount(out.action, minlength=len(actions))
+            if scalar:
+                counts += torch.bincount(out.action, minlength=len(counts))
             for j in np.flatnonzero(np.asarray(step.game_over, dtype=bool)):
                 stats = step.episode_stats.get(int(j), {})
                 episodes.append((float(step.episode_return[j]), int(step.episode_length[j]), stats))
@@ -242,7 +254,8 @@ class Actor:
                 "level_id": spec.level_id,
                 "episodes": episodes,
                 "timing": self.timing,
-                "action_counts": actions.tolist(),
+                "action_counts": counts.tolist(),
+                "steps": self.steps * spec.envs_per_actor,
             }
         )
 

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
+
+from gazelle.distributions import random_actions
 
 
 def children_cpu_seconds() -> float:
@@ -83,12 +84,13 @@ def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
 
     env = make(level, seed=0, **env_kwargs)
     env.reset(seed=0)
-    rng = np.random.default_rng(0)
-    n = int(env.action_space.n)  # type: ignore[attr-defined]
+    env.action_space.seed(0)
+    # why: drawn before the clock starts, so the rate is the env's alone.
+    actions = [env.action_space.sample() for _ in range(100)]
 
     def steps() -> int:
-        for _ in range(100):
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(n)))
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
         return 100
@@ -113,11 +115,12 @@ def inference_rate(run: Any, batch: int, seconds: float) -> float:
     model = run.config.model
     agent = build_agent(
         run.obs_spec, model.torso, model.use_lstm, activation=model.activation,
-        subtract_background=bool(model.subtract_background),
+        subtract_background=bool(model.subtract_background), log_std=model.log_std,
+        initial_log_std=model.initial_log_std,
     ).eval()  # fmt: skip
     obs = fake_obs(run.obs_spec, (batch,))
     state = agent.initial_state(batch)
-    action = torch.zeros(batch, dtype=torch.long)
+    action = torch.from_numpy(run.obs_spec.actions.zeros(batch))
     reward, done = torch.zeros(batch), torch.zeros(batch, dtype=torch.bool)
 
     def call() -> int:
@@ -133,8 +136,8 @@ def learner_rate(run: Any, seconds: float) -> float:
     spec = run.obs_spec
     batch: dict[str, torch.Tensor] = {
         **fake_obs(spec, (t + 1, b)),
-        "action": torch.randint(0, spec.num_actions, (t + 1, b)),
-        "policy_logits": torch.randn(t + 1, b, spec.num_actions),
+        "action": random_actions(spec.actions, (t + 1, b)),
+        "policy_logits": torch.randn(t + 1, b, spec.actions.num_params),
         "reward": torch.randn(t + 1, b),
         "terminated": torch.rand(t + 1, b) < 0.01,
         "truncated": torch.zeros(t + 1, b, dtype=torch.bool),

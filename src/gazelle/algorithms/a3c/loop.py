@@ -63,7 +63,8 @@ def a3c_agent(config: Config, obs_spec: ObsSpec) -> Agent:
     return build_agent(obs_spec, model.torso, bool(model.use_lstm), model.init,
                        bool(config.a3c.last_action_reward),
                        activation=model.activation,
-                       subtract_background=bool(model.subtract_background))  # fmt: skip
+                       subtract_background=bool(model.subtract_background),
+                       log_std=model.log_std, initial_log_std=model.initial_log_std)  # fmt: skip
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -85,6 +86,9 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             last_action_reward=bool(config.a3c.last_action_reward),
             activation=config.model.activation,
             subtract_background=bool(config.model.subtract_background),
+            log_std=config.model.log_std,
+            initial_log_std=config.model.initial_log_std,
+            action_bounds=config.model.action_bounds,
         )
         for i in range(actors.num_actors)
     ]

@@ -66,14 +66,19 @@ def a3c_loss(
             f"advantage_values: {settings.advantage_values!r}; allowed: acting | synced"
         )
     advantages, returns = gae(rewards, baselines, bootstrap, gamma, settings.gae_lambda, done[1:])
+    actions = batch["action"][1:]
     loss, metrics = actor_critic.a3c_loss(
-        logits[:-1],
-        batch["action"][1:],
+        agent.distribution.log_prob(logits[:-1], actions),
+        agent.distribution.entropy(logits[:-1]),
         advantages,
         returns,
         values[:-1],
         value_coef=settings.baseline_cost,
         entropy_coef=settings.entropy_cost,
     )
+    if agent.distribution.spec.is_scalar:
+        metrics.update(
+            actor_critic.logit_grad_norms(logits[:-1], actions, advantages, settings.entropy_cost)
+        )
     metrics["a3c/advantage_mean"] = advantages.mean()
     return loss, metrics

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gazelle.backends.local.layout import STEP_FIELDS
+from gazelle.backends.local.layout import SlotLayout, is_state
 from gazelle.models import state_size
 from gazelle.runtime.actor import Actor
 from gazelle.types import ObsSpec
@@ -45,14 +45,13 @@ class QueueWriter:
         self._should_stop: Callable[[], bool] = lambda: False
 
     def _fresh(self) -> Rollout:
-        n, spec = self.num_envs, self.spec
-        out = {name: torch.zeros(self.steps, n, dtype=dtype) for name, dtype in STEP_FIELDS.items()}
-        for field in spec.fields:
-            out[field.name] = torch.zeros(self.steps, n, *field.shape, dtype=field.torch_dtype())
-        out["policy_logits"] = torch.zeros(self.steps, n, spec.num_actions)
-        if self.state_size:
-            out["state_h"] = torch.zeros(n, self.state_size)
-            out["state_c"] = torch.zeros(n, self.state_size)
+        n = self.num_envs
+        layout = SlotLayout(self.steps - 1, self.spec, self.state_size)
+        out = {}
+        for name, (shape, dtype) in layout.field_shapes().items():
+            # why: a slot's step fields are [T+1, ...]; a rollout puts the envs after time.
+            dims = (n, *shape) if is_state(name) else (shape[0], n, *shape[1:])
+            out[name] = torch.zeros(dims, dtype=dtype)
         return out
 
     def acquire(

@@ -9,7 +9,7 @@ Per step t (after IMPALA's shift by one, `impala.loss.learner_view`):
     A_t       <- (A_t - mean A) / (std A + 1e-8)          (with `normalize_advantages`)
     policy     = sum_t -min(r_t A_t, clip(r_t, 1 - c, 1 + c) A_t),  r_t = pi(a_t|x_t) / mu(a_t|x_t)
     baseline   = 0.5 * sum_t (v_t - V(x_t))^2
-    loss       = policy + baseline_cost * baseline + entropy_cost * sum_t sum_a p log p
+    loss       = policy + baseline_cost * baseline - entropy_cost * sum_t H(pi(.|x_t))
 
 With `--popart`, A_t and v_s - V(x_s) are divided by the value head's sigma before the
 normalisation and the squares (`impala.popart`).
@@ -57,7 +57,8 @@ def appo_loss(
         keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
     """
     view = learner_view(agent, batch, settings.impala)
-    targets = view.vtrace(settings.impala.vtrace_lambda)
+    log_probs = view.target_log_probs()
+    targets = view.vtrace(settings.impala.vtrace_lambda, log_probs)
     if keep_targets is not None:
         keep_targets(targets.vs)
     # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
@@ -71,11 +72,10 @@ def appo_loss(
         if settings.normalize_advantages:
             advantages = normalized(advantages)
     policy, policy_metrics = clipped_surrogate_loss(
-        view.target_logits, view.behaviour_logits, view.actions, advantages,
-        settings.clip_ratio,
-    )  # fmt: skip
+        log_probs, targets.behaviour_action_log_probs, advantages, settings.clip_ratio
+    )
     baseline, baseline_metrics = actor_critic.baseline_loss((targets.vs - view.values) / sigma)
-    entropy, entropy_metrics = actor_critic.entropy_loss(view.target_logits)
+    entropy, entropy_metrics = actor_critic.entropy_loss(view.entropy())
     total = policy + impala.baseline_cost * baseline + impala.entropy_cost * entropy
     metrics = {
         **policy_metrics, **baseline_metrics, **entropy_metrics,
@@ -86,9 +86,5 @@ def appo_loss(
     }  # fmt: skip
     # The two policy forces at ratio 1 (the surrogate's gradient before the ratio and the
     # clip): where the entropy term's is of the advantages' size, it steers the policy.
-    metrics.update(
-        actor_critic.logit_grad_norms(
-            view.target_logits, view.actions, advantages, impala.entropy_cost
-        )
-    )
+    metrics.update(view.logit_grad_norms(advantages, impala.entropy_cost))
     return total, metrics

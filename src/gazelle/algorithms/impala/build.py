@@ -172,6 +172,9 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             num_levels=value_levels(config, len(levels)),
             activation=config.model.activation,
             subtract_background=bool(config.model.subtract_background),
+            log_std=config.model.log_std,
+            initial_log_std=config.model.initial_log_std,
+            action_bounds=config.model.action_bounds,
         )
         for i in range(actors.num_actors)
     ]
@@ -197,7 +200,8 @@ def build(
     agent = build_agent(
         found.obs_spec, model.torso, model.use_lstm, model.init,
         num_levels=value_levels(config, len(found.levels)), activation=model.activation,
-        subtract_background=bool(model.subtract_background),
+        subtract_background=bool(model.subtract_background), log_std=model.log_std,
+        initial_log_std=model.initial_log_std,
     ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     slots_per_env = config.actors.slots_per_env

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from gazelle.algorithms.impala.popart import batch_levels, sigma_of
+from gazelle.distributions import ActionDistribution
 from gazelle.losses import actor_critic, vtrace
 
 
@@ -31,8 +32,9 @@ class LossSettings:
 
 @dataclass(frozen=True)
 class LearnerView:
-    """A batch as the loss sees it after the shift by one: every field `[T, B]` (logits
-    `[T, B, A]`), step t pairing the learner's outputs on x_t with what followed it."""
+    """A batch as the loss sees it after the shift by one: every field `[T, B]` (the
+    policies' distribution parameters `[T, B, P]`, actions `[T, B, *actions.shape]`), step t
+    pairing the learner's outputs on x_t with what followed it."""
 
     target_logits: torch.Tensor  # the learner's policy on x_t (gradients flow)
     values: torch.Tensor  # the learner's V(x_t) (gradients flow)
@@ -41,21 +43,44 @@ class LearnerView:
     behaviour_logits: torch.Tensor  # the actors' policy on x_t
     rewards: torch.Tensor  # r_t, clipped, plus the bootstrap of a cut episode
     discounts: torch.Tensor  # gamma, 0 where the episode ended after step t
+    distribution: ActionDistribution  # the policy's family: log-probs, entropies
     level: torch.Tensor | None = None  # each unroll's level `[B]` (a value per level), or None
 
-    def vtrace(self, lambda_: float = 1.0) -> vtrace.VTraceFromLogitsReturns:
-        """V-trace targets of these steps (no gradient: targets are constants)."""
+    def target_log_probs(self) -> torch.Tensor:
+        """The learner's `log pi(a_t|x_t)`, `[T, B]` (gradients flow)."""
+        return self.distribution.log_prob(self.target_logits, self.actions)
+
+    def entropy(self) -> torch.Tensor:
+        """The learner's policy entropy per step, `[T, B]` (gradients flow)."""
+        return self.distribution.entropy(self.target_logits)
+
+    def vtrace(
+        self, lambda_: float = 1.0, target_log_probs: torch.Tensor | None = None
+    ) -> vtrace.VTraceFromLogitsReturns:
+        """V-trace targets of these steps (no gradient: targets are constants);
+        `target_log_probs` (from `target_log_probs()`) saves computing them again."""
         with torch.no_grad():
-            return vtrace.from_logits(
-                behaviour_policy_logits=self.behaviour_logits,
-                target_policy_logits=self.target_logits,
-                actions=self.actions,
+            target = self.target_log_probs() if target_log_probs is None else target_log_probs
+            return vtrace.from_action_log_probs(
+                behaviour_action_log_probs=self.distribution.log_prob(
+                    self.behaviour_logits, self.actions
+                ),
+                target_action_log_probs=target.detach(),
                 discounts=self.discounts,
                 rewards=self.rewards,
                 values=self.values,
                 bootstrap_value=self.bootstrap_value,
                 lambda_=lambda_,
             )
+
+    def logit_grad_norms(self, advantages: torch.Tensor, entropy_cost: float) -> dict:
+        """The policy and entropy terms' gradient norms in the logits of one discrete action
+        set (`actor_critic.logit_grad_norms`); {} for other action spaces."""
+        if not self.distribution.spec.is_scalar:
+            return {}
+        return actor_critic.logit_grad_norms(
+            self.target_logits, self.actions, advantages, entropy_cost
+        )
 
 
 def normalized(advantages: torch.Tensor) -> torch.Tensor:
@@ -100,6 +125,7 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
         behaviour_logits=batch["policy_logits"][1:],
         rewards=rewards,
         discounts=(~(terminated | truncated)).float() * settings.discounting,
+        distribution=agent.distribution,
         level=level,
     )
 
@@ -131,14 +157,15 @@ def impala_loss(
     Args:
         agent: `gazelle.models.Agent` (its `unroll` gives logits and baselines `[T+1, B]`).
         batch: the unroll fields (`frame`, `action`, `reward`, `terminated`, `truncated`,
-            `truncation_value`, `policy_logits` `[T+1, B, A]`, and `state_h`/`state_c`
+            `truncation_value`, `policy_logits` `[T+1, B, P]`, and `state_h`/`state_c`
             `[B, H]` with a core), time-major.
         settings: discount, loss weights, reward scale and clipping, V-trace's lambda,
             advantage normalisation and PopArt (both terms in units of the value head's sigma).
         keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
     """
     view = learner_view(agent, batch, settings)
-    targets = view.vtrace(settings.vtrace_lambda)
+    log_probs = view.target_log_probs()
+    targets = view.vtrace(settings.vtrace_lambda, log_probs)
     if keep_targets is not None:
         keep_targets(targets.vs)
     values = view.values
@@ -146,11 +173,13 @@ def impala_loss(
         values, targets = in_sigma_units(agent, values, targets, settings.popart_rate, view.level)
     if settings.normalize_advantages:
         targets = targets._replace(pg_advantages=normalized(targets.pg_advantages))
-    return actor_critic.impala_loss(
-        target_logits=view.target_logits,
-        actions=view.actions,
+    total, metrics = actor_critic.impala_loss(
+        target_action_log_probs=log_probs,
+        entropy=view.entropy(),
         vtrace_returns=targets,
         values=values,
         baseline_cost=settings.baseline_cost,
         entropy_cost=settings.entropy_cost,
     )
+    metrics.update(view.logit_grad_norms(targets.pg_advantages, settings.entropy_cost))
+    return total, metrics

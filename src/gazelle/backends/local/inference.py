@@ -41,9 +41,10 @@ class InferenceChannels:
     """One request and one response slot per actor in shared memory, plus the signals.
 
     Request fields (per actor, `[N, E, ...]`): one per observation field of the `ObsSpec`
-    (`frame`, `instruction`, ...), `last_action` int64, `reward` float32, `done` bool,
-    `state_h`/`state_c` float32 `[N, E, H]` (LSTM only); `count[N]` rows in use. Response
-    fields: `action` int64 `[N, E]`, `policy_logits` float32 `[N, E, A]`, `baseline`
+    (`frame`, `instruction`, ...), `last_action` `[N, E, *actions.shape]` of the action
+    spec's dtype (int64 `[N, E]` for one discrete action set), `reward` float32, `done`
+    bool, `state_h`/`state_c` float32 `[N, E, H]` (LSTM only); `count[N]` rows in use.
+    Response fields: `action` as `last_action`, `policy_logits` float32 `[N, E, P]`, `baseline`
     float32 `[N, E]`, `state_h`/`state_c`, `version[N]` (the weights' version that produced
     the response).
 
@@ -65,7 +66,9 @@ class InferenceChannels:
             f.name: torch.zeros((n, e, *f.shape), dtype=f.torch_dtype()) for f in obs_spec.fields
         }
         request.update(
-            last_action=torch.zeros(n, e, dtype=torch.int64),
+            last_action=torch.from_numpy(obs_spec.actions.zeros(n * e)).view(
+                n, e, *obs_spec.actions.shape
+            ),
             reward=torch.zeros(n, e),
             done=torch.zeros(n, e, dtype=torch.bool),
             # why: each row's level picks its value output in a multi-task PopArt agent
@@ -73,8 +76,10 @@ class InferenceChannels:
             level=torch.zeros(n, e, dtype=torch.int64),
         )
         response = {
-            "action": torch.zeros(n, e, dtype=torch.int64),
-            "policy_logits": torch.zeros(n, e, obs_spec.num_actions),
+            "action": torch.from_numpy(obs_spec.actions.zeros(n * e)).view(
+                n, e, *obs_spec.actions.shape
+            ),
+            "policy_logits": torch.zeros(n, e, obs_spec.actions.num_params),
             "baseline": torch.zeros(n, e),
         }
         for name in ("state_h", "state_c") if state_size else ():

@@ -29,7 +29,6 @@ STEP_FIELDS: dict[str, torch.dtype] = {
     "terminated": torch.bool,
     "truncated": torch.bool,
     "truncation_value": torch.float32,
-    "action": torch.int64,
     "baseline": torch.float32,
 }
 
@@ -51,7 +50,10 @@ class SlotLayout:
         shapes = {name: ((steps,), dtype) for name, dtype in STEP_FIELDS.items()}
         for field in spec.fields:
             shapes[field.name] = ((steps, *field.shape), field.torch_dtype())
-        shapes["policy_logits"] = ((steps, spec.num_actions), torch.float32)
+        actions = spec.actions
+        action_dtype = torch.int64 if actions.is_discrete else torch.float32
+        shapes["action"] = ((steps, *actions.shape), action_dtype)
+        shapes["policy_logits"] = ((steps, actions.num_params), torch.float32)
         if self.state_size:
             shapes["state_h"] = ((self.state_size,), torch.float32)
             shapes["state_c"] = ((self.state_size,), torch.float32)
