@@ -107,7 +107,7 @@ def test_the_flag_reaches_every_agent_comes_from_the_preset_and_is_checked(tmp_p
         )
         assert model_words(config).endswith(" subtract_background")
         specs = specs_of(config, found)
-        assert [spec.subtract_background for spec in specs] == [True, True]
+        assert [spec.agent_options["subtract_background"] for spec in specs] == [True, True]
         for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):
             assert agent.torso.subtract_background is True
         plain = dataclasses.replace(config, model=dataclasses.replace(

@@ -331,7 +331,7 @@ def test_activation_comes_from_the_preset_reaches_every_agent_and_is_checked():
         config, found, _ = prepare(Config.of(algo=algo, env="gazelle/Catch-v0", num_actors=2,
                                              model=torso, activation=activation))  # fmt: skip
         specs = specs_of(config, found)
-        assert [spec.activation for spec in specs] == [activation, activation]
+        assert [spec.agent_options["activation"] for spec in specs] == [activation, activation]
         want, other = (nn.ELU, nn.ReLU) if activation == "elu" else (nn.ReLU, nn.ELU)
         for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):
             kinds = {type(m) for m in agent.torso.modules()}

@@ -151,11 +151,7 @@ def evaluate(
                 agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
                                     last_action_reward=inputs is not False,
                                     num_levels=levels_out,
-                                    activation=config.model.activation,
-                                    subtract_background=bool(
-                                        config.model.subtract_background),
-                                    log_std=config.model.log_std,
-                                    initial_log_std=config.model.initial_log_std)  # fmt: skip
+                                    **config.model.agent_options())  # fmt: skip
                 agent.load_state_dict(state["agent"])
                 agent.eval()
             returns = run_episodes(

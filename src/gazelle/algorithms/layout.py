@@ -86,9 +86,7 @@ def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> Step
         with torch.random.fork_rng(devices=[]):
             agent = build_agent(
                 found.obs_spec, model.torso, bool(model.use_lstm), model.init,
-                activation=model.activation,
-                subtract_background=bool(model.subtract_background),
-                log_std=model.log_std, initial_log_std=model.initial_log_std,
+                **model.agent_options(),
             )  # fmt: skip
             agent = agent.to(device)
             run = SimpleNamespace(

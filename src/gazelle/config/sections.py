@@ -13,6 +13,7 @@ Fields left `None` are filled by `gazelle.config.resolve` from the env family's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def flag_field(flag: str, default: object) -> object:
@@ -92,6 +93,21 @@ class ModelConfig:
     """Continuous actions: how a Gaussian sample reaches a bounded Box: clip (to [-1, 1],
     then scaled onto the bounds) or tanh (squashed); the importance ratios are computed on
     the sample itself either way, and an unbounded dimension takes the sample as it is."""
+    normalize_obs: bool | None = None
+    """Vector observations scaled by the running mean and std of what the learner has seen,
+    clipped to +-5, before their encoder (the statistics travel with the weights and into
+    checkpoints); unset: the preset's (on for continuous control)."""
+
+    def agent_options(self) -> dict[str, Any]:
+        """The keywords every copy of the agent is built with (`gazelle.models.build_agent`:
+        learner, actors, inference server, test mode, benchmarks)."""
+        return {
+            "activation": self.activation,
+            "subtract_background": bool(self.subtract_background),
+            "log_std": self.log_std,
+            "initial_log_std": float(self.initial_log_std),
+            "normalize_obs": bool(self.normalize_obs),
+        }
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,18 @@ from gazelle.distributions import ActionDistribution
 from gazelle.models.core import LSTMCore
 from gazelle.models.encoders import make_encoder, upscale, upscale_factor
 from gazelle.models.init import seed_init, universe_init
+from gazelle.models.normalize import ObsNorm
 from gazelle.models.value import ValueHead
-from gazelle.types import FRAME, IMAGE, INSTRUCTION, TEXT, AgentOutput, AgentState, ObsSpec
+from gazelle.types import (
+    FRAME,
+    IMAGE,
+    INSTRUCTION,
+    TEXT,
+    VECTOR,
+    AgentOutput,
+    AgentState,
+    ObsSpec,
+)
 
 Obs = dict[str, torch.Tensor]
 
@@ -74,6 +84,9 @@ class Agent(nn.Module):
         log_std: a Gaussian policy's log-stds: `parameter` (learned, state-independent) or
             `state` (outputs of the policy head); unused without a Gaussian component.
         initial_log_std: their initial value (`parameter`) or bias (`state`).
+        normalize_obs: each vector field goes through its running normalisation
+            (`gazelle.models.normalize.ObsNorm`) before its encoder; the learner moves the
+            statistics (`update_obs_stats`).
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
@@ -101,6 +114,7 @@ class Agent(nn.Module):
         subtract_background: bool = False,
         log_std: str = "parameter",
         initial_log_std: float = 0.0,
+        normalize_obs: bool = False,
     ):
         super().__init__()
         if log_std not in LOG_STD_KINDS:
@@ -126,6 +140,12 @@ class Agent(nn.Module):
                 for f in obs_spec.fields
                 if f.name not in (FRAME, INSTRUCTION)
             }
+        )
+        #: The running normalisation of each vector field (`normalize_obs`), by name.
+        self.obs_norms = nn.ModuleDict(
+            {f.name: ObsNorm(f.shape[0]) for f in obs_spec.fields if f.kind == VECTOR}
+            if normalize_obs
+            else {}
         )
         #: Fields after the reward and the action in the core input, in the spec's order.
         self._others = tuple(name for name in names if name != FRAME)
@@ -358,9 +378,18 @@ class Agent(nn.Module):
         shaped = AgentOutput(*(t.view(num_steps, batch_size, *t.shape[1:]) for t in outputs))
         return shaped, state
 
+    def update_obs_stats(self, obs: Obs) -> None:
+        """Merge the vector fields of `obs` (`[..., D]` each) into their running statistics
+        (`normalize_obs`; the learner, once per batch)."""
+        for name, norm in self.obs_norms.items():
+            assert isinstance(norm, ObsNorm)
+            norm.update(obs[name])
+
     def _encode(self, name: str, obs: Obs) -> torch.Tensor:
         """Field `name` of `[T, B, ...]` obs -> float features `[T*B, F]`."""
         value = obs[name].flatten(0, 1)
+        if name in self.obs_norms:
+            value = self.obs_norms[name](value)
         factor = self._upscale.get(name, 1)
         if factor > 1:
             value = upscale(value, factor)
@@ -378,6 +407,7 @@ def build_agent(
     subtract_background: bool = False,
     log_std: str = "parameter",
     initial_log_std: float = 0.0,
+    normalize_obs: bool = False,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
@@ -385,7 +415,8 @@ def build_agent(
     return Agent(obs_spec, torso=torso, use_lstm=use_lstm, core_size=CORE_SIZE, init=init,
                  last_action_reward=last_action_reward, num_levels=num_levels,
                  activation=activation, subtract_background=subtract_background,
-                 log_std=log_std, initial_log_std=initial_log_std)  # fmt: skip
+                 log_std=log_std, initial_log_std=initial_log_std,
+                 normalize_obs=normalize_obs)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

@@ -51,14 +51,9 @@ class ActorSpec:
     last_action_reward: bool = True
     #: The agent's value outputs: one per level with multi-task PopArt, else 1.
     num_levels: int = 1
-    #: The torso's activation (`gazelle.models.torsos`); None: the torso's own.
-    activation: str | None = None
-    #: The image torsos put each frame's background at 0 (`gazelle.models.torsos`).
-    subtract_background: bool = False
-    #: A Gaussian policy's log-stds (`gazelle.models.Agent`): parameter | state.
-    log_std: str = "parameter"
-    #: Their initial value.
-    initial_log_std: float = 0.0
+    #: The model's options (`ModelConfig.agent_options`: activation, background, log-stds,
+    #: observation normalisation), as `gazelle.models.build_agent` takes them.
+    agent_options: dict[str, Any] = field(default_factory=dict)
     #: How Gaussian actions reach a Box's bounds (`gazelle.actions`): clip | tanh.
     action_bounds: str = "clip"
 
@@ -76,10 +71,7 @@ def actor_agent(spec: ActorSpec) -> Agent:
         spec.use_lstm,
         last_action_reward=spec.last_action_reward,
         num_levels=spec.num_levels,
-        activation=spec.activation,
-        subtract_background=spec.subtract_background,
-        log_std=spec.log_std,
-        initial_log_std=spec.initial_log_std,
+        **spec.agent_options,
     )
 
 

@@ -113,11 +113,7 @@ def inference_rate(run: Any, batch: int, seconds: float) -> float:
     from gazelle.models import build_agent
 
     model = run.config.model
-    agent = build_agent(
-        run.obs_spec, model.torso, model.use_lstm, activation=model.activation,
-        subtract_background=bool(model.subtract_background), log_std=model.log_std,
-        initial_log_std=model.initial_log_std,
-    ).eval()  # fmt: skip
+    agent = build_agent(run.obs_spec, model.torso, model.use_lstm, **model.agent_options()).eval()
     obs = fake_obs(run.obs_spec, (batch,))
     state = agent.initial_state(batch)
     action = torch.from_numpy(run.obs_spec.actions.zeros(batch))

@@ -62,9 +62,7 @@ def a3c_agent(config: Config, obs_spec: ObsSpec) -> Agent:
     assert model.init is not None
     return build_agent(obs_spec, model.torso, bool(model.use_lstm), model.init,
                        bool(config.a3c.last_action_reward),
-                       activation=model.activation,
-                       subtract_background=bool(model.subtract_background),
-                       log_std=model.log_std, initial_log_std=model.initial_log_std)  # fmt: skip
+                       **model.agent_options())  # fmt: skip
 
 
 def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
@@ -84,10 +82,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             seed=config.run.seed * 1_000_003 + 1000 * i,
             env_kwargs=env_kwargs(config),
             last_action_reward=bool(config.a3c.last_action_reward),
-            activation=config.model.activation,
-            subtract_background=bool(config.model.subtract_background),
-            log_std=config.model.log_std,
-            initial_log_std=config.model.initial_log_std,
+            agent_options=config.model.agent_options(),
             action_bounds=config.model.action_bounds,
         )
         for i in range(actors.num_actors)

@@ -111,18 +111,20 @@ def train_step(
     params = [p for p in local.parameters() if p.requires_grad]
     clip = settings.grad_norm_clip if settings.grad_norm_clip is not None else float("inf")
     grad_norm = float(nn.utils.clip_grad_norm_(params, clip))
-    samples = int(rollout["action"][1:].numel())
+    samples = int(rollout["reward"][1:].numel())
     out = {
         "losses/policy": float(metrics["losses/policy"]) / samples,
         "losses/baseline": float(metrics["losses/baseline"]) / samples,
         "policy/entropy": float(metrics["policy/entropy"]),
-        "policy/pg_logit_grad_norm": float(metrics["policy/pg_logit_grad_norm"]),
-        "policy/entropy_logit_grad_norm": float(metrics["policy/entropy_logit_grad_norm"]),
         "losses/total": float(loss.detach()) / samples,
         "losses/grad_norm": grad_norm,
         "a3c/advantage_mean": float(metrics["a3c/advantage_mean"]),
-        "a3c/rollout_steps": float(rollout["action"].shape[0] - 1),
+        "a3c/rollout_steps": float(rollout["reward"].shape[0] - 1),
     }
+    # why: the logits' gradient norms exist for one discrete action set only.
+    for name in ("policy/pg_logit_grad_norm", "policy/entropy_logit_grad_norm"):
+        if name in metrics:
+            out[name] = float(metrics[name])
     if not (math.isfinite(float(loss.detach())) and math.isfinite(grad_norm)):
         return {**out, "skipped": 1.0, "step": float(server.step_count)}
     grads = [p.grad for p in params]

@@ -170,10 +170,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             env_kwargs=env_kwargs(config),
             lockstep_batch=impala.batch_size if lockstep else None,
             num_levels=value_levels(config, len(levels)),
-            activation=config.model.activation,
-            subtract_background=bool(config.model.subtract_background),
-            log_std=config.model.log_std,
-            initial_log_std=config.model.initial_log_std,
+            agent_options=config.model.agent_options(),
             action_bounds=config.model.action_bounds,
         )
         for i in range(actors.num_actors)
@@ -199,9 +196,7 @@ def build(
     assert model.use_lstm is not None and model.init is not None  # resolved from the preset
     agent = build_agent(
         found.obs_spec, model.torso, model.use_lstm, model.init,
-        num_levels=value_levels(config, len(found.levels)), activation=model.activation,
-        subtract_background=bool(model.subtract_background), log_std=model.log_std,
-        initial_log_std=model.initial_log_std,
+        num_levels=value_levels(config, len(found.levels)), **model.agent_options(),
     ).to(device)  # fmt: skip
     learner = make_learner(config, agent, device, loss_fn, make_loss)
     slots_per_env = config.actors.slots_per_env

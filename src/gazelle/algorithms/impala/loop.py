@@ -71,7 +71,14 @@ def train_on_batch(
 ) -> dict[str, Any]:
     """The learner's steps on one batch: one (IMPALA), or `epochs` passes of `minibatches`
     steps each on disjoint random shares of its unrolls (APPO). Metrics: the mean over the
-    steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value."""
+    steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value.
+
+    With `--normalize-obs` the batch's vector observations first join the agent's running
+    statistics (once per batch, whatever the passes: `gazelle.models.normalize`)."""
+    agent: Any = getattr(run.learner, "agent", None)
+    norms = getattr(agent, "obs_norms", None)
+    if norms:
+        agent.update_obs_stats({name: batch[name] for name in norms})
     epochs, minibatches = run.passes
     if epochs == 1 and minibatches == 1:
         return run.learner.step(batch, learning_rate)
