@@ -7,6 +7,8 @@
   task that trains in minutes.
 - `gazelle/DictObs-v0` (`DictObsEnv`): a Gymnasium Dict observation of four kinds of key,
   one of which (a Discrete) the agent must read.
+- `gazelle/Controls-v0` (`ControlsEnv`): a composite action (a Dict of MultiBinary buttons,
+  a Discrete dial and a Box lever) whose every part must match a shown target.
 
 The first four follow gazelle's contract (`frame`, optionally `instruction`); `DictObs` has
 Gymnasium's own spaces and goes through the generic adapter. Every step sets
@@ -178,6 +180,65 @@ class DictObsEnv(gymnasium.Env):
         return self._obs(), reward, done, False, {"game_over": done}
 
 
+class ControlsEnv(gymnasium.Env):
+    """Set every control to the target shown: a composite action of three kinds.
+
+    Action: a Dict of `buttons` `MultiBinary(3)`, `dial` `Discrete(3)` and `lever`
+    `Box(-2, 2, (1,))`. Observation `frame` float32 `[7]`: the target, drawn anew at every
+    step: the three buttons' bits, the dial's one-hot, and the lever's value (uniform in
+    [-2, 2]). Reward per step, in [0, 1], a fifth for each of five credits:
+    `(matching buttons + [dial matches] + max(0, 1 - |lever - target| / 2)) / 5`.
+    At the end of an episode `info["episode_stats"]` holds each part's mean credit over it
+    (`buttons` per button, `dial`, `lever`; random controls: 0.5, 0.33, 0.42), so a run's
+    logs show which part is learned. Episodes last `episode_length` (8) steps: optimal
+    return 8; uniform random controls `8 * (3/2 + 1/3 + 5/12) / 5` (3.6: a uniform lever
+    against a uniform target earns 5/12 on average).
+    """
+
+    def __init__(self, episode_length: int = 8) -> None:
+        self.episode_length = episode_length
+        self.observation_space = spaces.Box(-2.0, 2.0, (7,), np.float32)
+        self.action_space = spaces.Dict(
+            {
+                "buttons": spaces.MultiBinary(3),
+                "dial": spaces.Discrete(3),
+                "lever": spaces.Box(-2.0, 2.0, (1,), np.float32),
+            }
+        )
+        self._t = 0
+        self._target = np.zeros(7, np.float32)
+        self._credit = np.zeros(3)
+
+    def _obs(self) -> np.ndarray:
+        rng = self.np_random
+        self._target = np.zeros(7, np.float32)
+        self._target[:3] = rng.integers(0, 2, 3)
+        self._target[3 + int(rng.integers(3))] = 1.0
+        self._target[6] = rng.uniform(-2.0, 2.0)
+        return self._target.copy()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t, self._credit = 0, np.zeros(3)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        target = self._target
+        matches = float(np.sum(np.asarray(action["buttons"]) == target[:3]))
+        dial = float(int(action["dial"]) == int(np.argmax(target[3:6])))
+        lever = max(0.0, 1.0 - abs(float(action["lever"][0]) - float(target[6])) / 2.0)
+        reward = (matches + dial + lever) / 5.0
+        buttons = matches / 3.0
+        self._credit += (buttons, dial, lever)
+        self._t += 1
+        done = self._t >= self.episode_length
+        info: dict[str, Any] = {"game_over": done}
+        if done:
+            parts = dict(zip(("buttons", "dial", "lever"), self._credit / self._t))
+            info["episode_stats"] = {name: float(value) for name, value in parts.items()}
+        return self._obs(), reward, done, False, info
+
+
 class FastAtariEnv(gymnasium.Env):
     """Atari-shaped frames at memory-copy speed, for throughput tests.
 
@@ -219,6 +280,7 @@ DIAGNOSTIC_IDS = {
     "gazelle/FastAtari-v0": FastAtariEnv,
     "gazelle/Catch-v0": CatchEnv,
     "gazelle/DictObs-v0": DictObsEnv,
+    "gazelle/Controls-v0": ControlsEnv,
 }
 
 
