@@ -173,7 +173,9 @@ def frames(value: float) -> str:
 def score(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) < 1 else f"{value:.1f}"
 
 
 def number(value: float) -> str:
@@ -309,7 +311,9 @@ def quotes(results: Path, spec: dict[str, Any], root: Path) -> list[str]:
 
 
 def size_problems(results: Path, spec: dict[str, Any]) -> list[str]:
-    total = sum(p.stat().st_size for p in results.rglob("*") if p.is_file())
+    # why: a probe module imported from there leaves a __pycache__, which git ignores
+    files = [p for p in results.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    total = sum(p.stat().st_size for p in files)
     budget = spec["size_budget_bytes"]
     if total <= budget:
         return []
