@@ -12,8 +12,11 @@ window full; the run is then stopped with SIGINT (it saves its checkpoint and ex
 is when the budget runs out. Minutes count from the command's launch, so start-up (env
 probe, the layout measurement) is part of the time, as a user waits for it.
 
-Writes OUT/report.md (per seed and median/min/max), OUT/report.json and OUT/curves.png
-(return against frames and against minutes: median of the seeds with a min-max band).
+Writes OUT/report.md (per seed; the seeds that reached out of those run; the median over
+seeds with a seed that missed counted as not reached, never dropped, and min/max),
+OUT/report.json and OUT/curves.png (return against frames and against minutes: median of
+the seeds with a min-max band). Kept runs (`keep_runs.py`, a gzipped `progress.jsonl.gz`)
+are read as well.
 `--report` only reads what OUT/seed-* already hold (e.g. to redraw after a change).
 Nothing else should run on the machine meanwhile: the minutes are wall time.
 
@@ -31,7 +34,9 @@ than `DRIFT` (those seeds' minutes are not comparable; their frames are).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import math
 import os
 import signal
 import statistics
@@ -83,11 +88,17 @@ def machine_speed(seconds: float) -> float | None:
 
 
 def rows_of(logdir: Path) -> list[dict[str, Any]]:
+    """The progress rows of a run directory: its `progress.jsonl`, or the `progress.jsonl.gz`
+    that `keep_runs.py` keeps in the repository (benchmarks/results)."""
     path = logdir / "progress.jsonl"
-    if not path.exists():
+    if path.exists():
+        text = path.read_text()
+    elif path.with_suffix(".jsonl.gz").exists():
+        text = gzip.decompress(path.with_suffix(".jsonl.gz").read_bytes()).decode()
+    else:
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
@@ -104,6 +115,21 @@ def first_at(
         if value is not None and value >= threshold and count >= window:
             return {"frames": row["frames"], "minutes": (row["wall_time"] - launched) / 60.0}
     return None
+
+
+def median_counting_misses(values: list[float], runs: int) -> float:
+    """The median over `runs` seeds, of which those that reached the threshold gave `values`:
+    a seed that did not reach it counts as later than every seed that did (inf), never as
+    absent. So the median is inf (not reached) once half the seeds or more missed; with
+    3 seeds of which one missed it is the slower of the two that reached.
+
+        median_counting_misses([26.5, 27.6], 3) == 27.6    # the third seed: not reached
+        median_counting_misses([38.3], 2) == inf            # one of two: not a median reached
+    """
+    if runs < max(len(values), 1):
+        raise ValueError(f"{len(values)} values from {runs} runs: runs must be at least 1 and "
+                         "at least the number of values")  # fmt: skip
+    return statistics.median(sorted(values) + [math.inf] * (runs - len(values)))
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -201,9 +227,14 @@ def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     for key in ("minutes", "frames"):
         values = [r[key] for r in reached]
-        if values and len(reached) == len(seeds):
-            summary[key] = {"median": statistics.median(values), "min": min(values),
-                            "max": max(values)}  # fmt: skip
+        if values:
+            # why: a seed that missed counts as not reached (later than any), never dropped;
+            # None (JSON null) stands for "not reached" in the median and the max.
+            median = median_counting_misses(values, len(seeds))
+            summary[key] = {
+                "median": None if math.isinf(median) else median, "min": min(values),
+                "max": max(values) if len(reached) == len(seeds) else None,
+            }  # fmt: skip
     return summary
 
 
@@ -242,9 +273,15 @@ def markdown(summary: dict[str, Any]) -> str:
         )
     if "minutes" in summary:
         m, f = summary["minutes"], summary["frames"]
+
+        def shown(value: float | None, scale: float, unit: str) -> str:
+            return "not reached" if value is None else f"{value / scale:.{2 if unit else 1}f}{unit}"
+
         lines.append(
-            f"| **median** (min-max) | **{m['median']:.1f}** ({m['min']:.1f}-{m['max']:.1f}) | "
-            f"**{f['median'] / 1e6:.2f}M** ({f['min'] / 1e6:.2f}-{f['max'] / 1e6:.2f}M) | | | |"
+            f"| **median**, misses counted (min-max) | **{shown(m['median'], 1, '')}** "
+            f"({shown(m['min'], 1, '')}-{shown(m['max'], 1, '')}) | "
+            f"**{shown(f['median'], 1e6, 'M')}** ({shown(f['min'], 1e6, 'M')}-"
+            f"{shown(f['max'], 1e6, 'M')}) | | | |"
         )
     if summary.get("drift") is not None and summary["drift"] > DRIFT:
         lines += ["", f"**The machine drifted**: its speed checks differ by "

@@ -311,3 +311,16 @@ def test_read_progress_skips_nulls_torn_rows_and_sorts(tmp_path: Path) -> None:
     assert xs.tolist() == [10.0, 20.0] and ys.tolist() == [1.0, 2.0]
     xs, _ = read_progress(run / "progress.jsonl", "frames", "episode_return")
     assert xs.tolist() == [10.0, 20.0]
+
+
+def test_a_kept_run_is_read_from_its_gzipped_progress(tmp_path: Path) -> None:
+    import gzip
+
+    run = tmp_path / "seed-1"  # as benchmarks/keep_runs.py keeps it in benchmarks/results
+    run.mkdir()
+    rows = b'{"frames": 10, "episode_return": 1.0}\n{"frames": 20, "episode_return": 2.0}\n'
+    (run / "progress.jsonl.gz").write_bytes(gzip.compress(rows))
+    xs, ys = read_progress(run, "frames", "episode_return")
+    assert xs.tolist() == [10.0, 20.0] and ys.tolist() == [1.0, 2.0]
+    xs, _ = read_progress(run / "progress.jsonl.gz", "frames", "episode_return")
+    assert xs.tolist() == [10.0, 20.0]

@@ -63,8 +63,38 @@ def test_the_summary_gives_the_median_min_and_max_over_seeds(tmp_path):
     assert "**5.0** (2.0-10.0)" in table and "Command: `gazelle train`" in table
     write_seed(tmp_path, 4, [row(10, 1.0, 100, 1060.0)])  # one seed that never got there
     summary = tts.summarise(tmp_path, args)
-    assert summary["reached"] == "3 of 4" and "minutes" not in summary
-    assert "not reached" in tts.markdown(summary)
+    # the miss counts as later than every seed that reached: the median of 2, 5, 10, miss
+    assert summary["reached"] == "3 of 4"
+    assert summary["minutes"] == {"median": 7.5, "min": 2.0, "max": None}
+    assert summary["frames"] == {"median": 25, "min": 10, "max": None}
+    table = tts.markdown(summary)
+    assert "reached by 3 of 4 seeds" in table and "**7.5** (2.0-not reached)" in table
+    write_seed(tmp_path, 5, [row(10, 1.0, 100, 1060.0)])
+    assert tts.summarise(tmp_path, args)["minutes"]["median"] == 10.0  # 2, 5, 10, miss, miss
+    write_seed(tmp_path, 6, [row(10, 1.0, 100, 1060.0)])  # half missed: no median reached
+    summary = tts.summarise(tmp_path, args)
+    assert summary["reached"] == "3 of 6" and summary["minutes"]["median"] is None
+    assert "**not reached** (2.0-not reached)" in tts.markdown(summary)
+
+
+def test_the_median_counts_a_seed_that_missed_as_not_reached():
+    assert tts.median_counting_misses([26.5, 27.6], 3) == 27.6
+    assert tts.median_counting_misses([20.8, 23.9], 3) == 23.9
+    assert tts.median_counting_misses([38.3], 2) == float("inf")
+    assert tts.median_counting_misses([3.0, 1.0, 2.0], 3) == 2.0
+    assert tts.median_counting_misses([], 1) == float("inf")
+    with pytest.raises(ValueError, match="runs"):
+        tts.median_counting_misses([1.0, 2.0], 1)
+
+
+def test_kept_runs_are_read_from_their_gzipped_progress(tmp_path):
+    import gzip
+
+    rows = [row(10, 5.0, 100, 1060.0), row(20, 10.0, 100, 1120.0)]
+    (tmp_path / "progress.jsonl.gz").write_bytes(
+        gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode())
+    )
+    assert tts.rows_of(tmp_path) == rows
 
 
 def test_the_report_shows_the_speed_checks_and_warns_when_the_machine_drifted(tmp_path):
@@ -178,7 +208,8 @@ def test_kept_runs_report_as_the_originals_and_minutes_cut_a_longer_run(tmp_path
     source, dest = tmp_path / "runs", tmp_path / "kept"
     rows = [
         {**row(10, 5.0, 100, 1060.0), "losses/total": 0.5, "episode_return/Pong": 5.0},
-        {**row(20, 10.0, 100, 1120.0), "losses/total": 0.4},  # 2 minutes after launch
+        # 2 minutes after launch; a kept diagnostic, kept to 5 significant digits
+        {**row(20, 10.0, 100, 1120.0), "losses/total": 0.4, "policy/entropy": 1.2345678},
         {**row(30, 12.0, 100, 1300.0), "losses/total": 0.3},  # 5 minutes
     ]
     write_seed(source / "arm", 1, rows)
@@ -186,6 +217,9 @@ def test_kept_runs_report_as_the_originals_and_minutes_cut_a_longer_run(tmp_path
     kept = tts.rows_of(dest / "arm" / "seed-1")
     assert kept[0] == {**row(10, 5.0, 100, 1060.0), "episode_return/Pong": 5.0}
     assert len(kept) == 3 and "losses/total" not in kept[1]
+    assert kept[1]["policy/entropy"] == 1.2346
+    assert sorted(p.name for p in (dest / "arm" / "seed-1").iterdir()) == [
+        "launch.json", "progress.jsonl.gz"]  # fmt: skip
     args = tts.argparse.Namespace(threshold=10.0, window=100)
     assert tts.summarise(dest / "arm", args) == tts.summarise(source / "arm", args)
     # the first 3 minutes of the run: its end is the 2-minute row, still reached there
@@ -193,3 +227,14 @@ def test_kept_runs_report_as_the_originals_and_minutes_cut_a_longer_run(tmp_path
     summary = tts.summarise(tmp_path / "cut" / "arm", args)
     assert summary["seeds"][0]["end_frames"] == 20 and summary["reached"] == "1 of 1"
     assert summary["seeds"][0]["end_minutes"] == 2.0
+
+
+def test_kept_runs_are_compacted_in_place(tmp_path):
+    rows = [{**row(10, 5.0, 100, 1060.123456), "losses/total": 0.5}]
+    write_seed(tmp_path / "kept", 1, rows)
+    assert keep_runs.main(["--in-place", str(tmp_path / "kept")]) == 0
+    seed = tmp_path / "kept" / "seed-1"
+    assert not (seed / "progress.jsonl").exists()
+    assert tts.rows_of(seed) == [row(10, 5.0, 100, 1060.12)]
+    with pytest.raises(SystemExit):
+        keep_runs.main(["--in-place", str(tmp_path / "kept"), str(tmp_path / "dest")])

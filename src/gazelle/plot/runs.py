@@ -8,6 +8,7 @@ Atari-57 / DMLab-30 levels, ``scores/human_normalized_cap_100``.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ __all__ = [
 RETURN = "episode_return"
 SCORE = "scores/human_normalized_cap_100"
 PROGRESS_FILE = "progress.jsonl"
+#: A run kept in the repository (benchmarks/keep_runs.py): its rows trimmed and gzipped.
+KEPT_PROGRESS_FILE = "progress.jsonl.gz"
 #: config.json fields that may differ between seeds of one config.
 SEED_FIELDS = ("seed", "logdir")
 
@@ -102,16 +105,20 @@ def _progress_path(logdir: str | Path) -> Path:
         return path
     if not path.exists():
         raise FileNotFoundError(f"no run directory {path}")
-    progress = path / PROGRESS_FILE
-    if not progress.is_file():
-        raise FileNotFoundError(f"no {PROGRESS_FILE} in {path} (not a gazelle run directory?)")
-    return progress
+    for name in (PROGRESS_FILE, KEPT_PROGRESS_FILE):
+        if (path / name).is_file():
+            return path / name
+    raise FileNotFoundError(f"no {PROGRESS_FILE} in {path} (not a gazelle run directory?)")
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """The JSON rows of a progress file; a row torn by a crash (bad JSON) is skipped."""
+    """The JSON rows of a progress file (plain or gzipped); a row torn by a crash (bad JSON)
+    is skipped."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in data.decode("utf-8").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
