@@ -33,7 +33,7 @@ from gazelle import checkpoint
 from gazelle.algorithms.common import agent_obs_spec, env_kwargs
 from gazelle.config import Config
 from gazelle.envs import expand_levels, make, obs_spec
-from gazelle.evaluate import ObsEncoder
+from gazelle.evaluation import ObsEncoder
 from gazelle.models import build_agent
 from gazelle.runtime.unit_health import dead_floor, dead_share, saturated_gates
 

@@ -228,7 +228,7 @@ def test_a3c_trains_checkpoints_resumes_and_is_tested(small_config, tmp_path):
 
     from gazelle import checkpoint
     from gazelle.algorithms import train
-    from gazelle.evaluate import evaluate
+    from gazelle.evaluation import evaluate
 
     killed = []
 

@@ -8,7 +8,7 @@ import pytest
 
 from gazelle.algorithms import train
 from gazelle.checkpoint import load
-from gazelle.evaluate import evaluate
+from gazelle.evaluation import evaluate
 from test_ray import cluster  # noqa: F401  (the two-node Ray cluster, module-scoped)
 
 pytestmark = pytest.mark.slow

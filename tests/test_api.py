@@ -341,3 +341,23 @@ def test_a_module_path_torso_trains_and_is_tested_by_a_fresh_process(tmp_path):
 
 def test_torso_is_exported_for_subclassing():
     assert gazelle.Torso is Torso
+
+
+def test_every_public_name_is_the_same_object_on_every_access():
+    """`gazelle.evaluation` was the function once, then the submodule of the same name (its
+    import bound the module as the package's attribute): every export is checked twice, in
+    a fresh interpreter, after its module was imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gazelle, importlib\n"
+        "for name in gazelle.__all__:\n"
+        "    first = getattr(gazelle, name)\n"
+        "    importlib.import_module('gazelle.evaluation')\n"
+        "    assert getattr(gazelle, name) is first, name\n"
+        "assert callable(gazelle.evaluate) and callable(gazelle.train)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -235,7 +235,7 @@ def test_a_multi_task_doom_run_logs_each_level_and_is_tested_per_level_with_vide
     """Two scenarios with different buttons train one agent (the joint action set): the
     progress rows count each level's games, their returns and statistics and one summary
     score; test mode plays each level, with a GIF, and gives the same summary."""
-    from gazelle.evaluate import evaluate
+    from gazelle.evaluation import evaluate
 
     tmp_path = multi_run
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ import torch
 from gazelle import checkpoint
 from gazelle.algorithms.impala import train
 from gazelle.config import Config
-from gazelle.evaluate import evaluate
+from gazelle.evaluation import evaluate
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from gazelle.envs import make
-from gazelle.evaluate import evaluate
+from gazelle.evaluation import evaluate
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
 
 

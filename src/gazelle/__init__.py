@@ -24,7 +24,7 @@ _EXPORTS = {
     "ConfigError": "gazelle.config",
     "train": "gazelle.api",
     "TrainResult": "gazelle.algorithms.runstate",
-    "evaluate": "gazelle.evaluate",
+    "evaluate": "gazelle.evaluation",
     "register_torso": "gazelle.plugins",
     "register_env": "gazelle.plugins",
     "Torso": "gazelle.models.torsos",

@@ -166,7 +166,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from gazelle.algorithms.runstate import interruptible
-    from gazelle.evaluate import evaluate
+    from gazelle.evaluation import evaluate
 
     try:
         # why: SIGTERM too ends it through the `finally`s that close the envs (a ViZDoom
