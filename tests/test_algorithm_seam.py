@@ -23,9 +23,14 @@ def nstep_actor_critic_loss(agent, batch):
     advantages, returns = gae(
         batch["reward"][1:], out.baseline[:-1], out.baseline[-1], 0.99, 1.0, done[1:]
     )
-    return actor_critic.a3c_loss(
-        out.policy_logits[:-1], batch["action"][1:], advantages, returns, out.baseline[:-1]
+    # the agent's action distribution turns its policy's parameters into log-probabilities
+    # and entropies: the loss terms see nothing else of the action space
+    logits, actions = out.policy_logits[:-1], batch["action"][1:]
+    log_probs, entropy = (
+        agent.distribution.log_prob(logits, actions),
+        agent.distribution.entropy(logits),
     )
+    return actor_critic.a3c_loss(log_probs, entropy, advantages, returns, out.baseline[:-1])
 
 
 def test_a_loss_from_outside_trains_end_to_end_through_the_runtime(small_config, tmp_path):
