@@ -14,7 +14,11 @@ from gazelle.envs.probe import EnvProbe, LevelsDiffer, probe
 
 @pytest.fixture
 def resolved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every spec `gazelle.envs.registry.resolve` is asked about, in order."""
+    """Every spec `gazelle.envs.registry.resolve` is asked about, in order (from a process
+    that has resolved none: the probe keeps what it resolved)."""
+    import gazelle.envs.probe as probe_module
+
+    monkeypatch.setattr(probe_module, "_RESOLVED", {})
     calls: list[str] = []
     real = registry.resolve
 
