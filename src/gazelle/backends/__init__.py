@@ -3,22 +3,21 @@
 An algorithm describes the actors it needs (`BackendRequest`); the backend named by
 `--backend` builds them and hands back a `Transport`: a `BatchSource` for the loop, a
 `ParamPublisher` for new weights and the `Fleet` of actors. Everything is typed against
-`gazelle.runtime.interfaces`, so a new backend is one new module listed in `BACKENDS`.
+`gazelle.runtime.interfaces`, so a new backend is one new package declaring its `Backend`
+(`gazelle.config.registry`: its `build`, the flags that are its own, how it shares the
+machine) and one line in the registry's `BUILT_IN_BACKENDS`.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import torch
 
+from gazelle.config import ConfigError, registry
 from gazelle.models import Agent
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import BatchSource, Fleet, ParamPublisher
-
-#: Backend name -> module with `build(request: BackendRequest) -> Transport`.
-BACKENDS = {"local": "gazelle.backends.local", "ray": "gazelle.backends.ray"}
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,11 @@ class Transport:
 
 
 def build_backend(name: str, request: BackendRequest) -> Transport:
-    """Build the backend `name` (one of `BACKENDS`) for `request`."""
-    if name not in BACKENDS:
-        raise ValueError(f"--backend: invalid value {name!r}; allowed: {' | '.join(BACKENDS)}")
-    module = importlib.import_module(BACKENDS[name])
-    transport: Transport = module.build(request)
+    """Build the backend `name` (`gazelle.config.registry.backend_names()`) for `request`."""
+    try:
+        backend = registry.backend(name)
+    except ConfigError:
+        allowed = " | ".join(registry.backend_names())
+        raise ValueError(f"--backend: invalid value {name!r}; allowed: {allowed}") from None
+    transport: Transport = backend.build(request)
     return transport

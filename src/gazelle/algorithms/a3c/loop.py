@@ -85,6 +85,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             last_action_reward=bool(config.a3c.last_action_reward),
             activation=config.model.activation,
             subtract_background=bool(config.model.subtract_background),
+            env_target=found.target(found.levels[i % len(found.levels)]),
         )
         for i in range(actors.num_actors)
     ]

@@ -14,9 +14,10 @@ from gazelle.backends.local.channels import StopFlag
 from gazelle.backends.local.fleet import LocalFleet
 from gazelle.backends.local.inference import InferenceChannels, InferenceServer
 from gazelle.backends.local.params import ParamStore
+from gazelle.config.registry import Backend
 from gazelle.models import state_size
 
-__all__ = ["LocalFleet", "ParamStore", "SlotLayout", "UnrollBuffers", "build"]
+__all__ = ["LOCAL", "LocalFleet", "ParamStore", "SlotLayout", "UnrollBuffers", "build"]
 
 
 def build(request: BackendRequest) -> Transport:
@@ -68,3 +69,7 @@ def build(request: BackendRequest) -> Transport:
         actor_timeout_s=request.actor_timeout_s,
     )
     return Transport(buffers, params, fleet)
+
+
+#: The local backend, as `gazelle.config.registry` knows it: actors on this machine's cores.
+LOCAL = Backend(name="local", build=build)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gazelle.backends import BackendRequest, Transport
 from gazelle.backends.ray.cluster import check_room, connect, require_ray
+from gazelle.config.registry import Backend
 
 
 def build(request: BackendRequest) -> Transport:
@@ -49,3 +50,15 @@ def build(request: BackendRequest) -> Transport:
         server=server,
     )
     return Transport(fleet, params, fleet)
+
+
+#: The Ray backend, as `gazelle.config.registry` knows it.
+RAY = Backend(
+    name="ray",
+    build=build,
+    own_flags=("ray_address", "ray_dashboard"),
+    # why: the cluster's cores are not this machine's; the layout rule cannot measure them.
+    on_this_machine=False,
+    # why: an actor with one unroll call in flight would idle for each round trip.
+    single_slot=False,
+)
