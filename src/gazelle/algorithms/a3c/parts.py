@@ -19,9 +19,9 @@ from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env steps, local inference and the worker's update for `config`."""
     from gazelle.algorithms.a3c.loop import a3c_agent
+    from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
     from gazelle.algorithms.a3c.worker import train_step, trainer_settings
     from gazelle.algorithms.common import prepare
-    from gazelle.backends.local.hogwild import SharedAdamServer
 
     threads = torch.get_num_threads()
     config, found, _ = prepare(config)

@@ -12,7 +12,7 @@ it is missing.
 
 from __future__ import annotations
 
-from gazelle.backends import BackendRequest, Transport
+from gazelle.backends import BackendRequest, Transport, WorkerRequest, Workers
 from gazelle.backends.ray.cluster import check_room, connect, require_ray
 from gazelle.config.registry import Backend
 
@@ -52,10 +52,20 @@ def build(request: BackendRequest) -> Transport:
     return Transport(fleet, params, fleet)
 
 
+def build_workers(request: WorkerRequest) -> Workers:
+    """Workers as Ray actors and the parameter store in a parameter-server actor
+    (`gazelle.backends.ray.workers`)."""
+    require_ray()
+    from gazelle.backends.ray.workers import build_workers as build_ray_workers
+
+    return build_ray_workers(request)
+
+
 #: The Ray backend, as `gazelle.config.registry` knows it.
 RAY = Backend(
     name="ray",
     build=build,
+    build_workers=build_workers,
     own_flags=("ray_address", "ray_dashboard"),
     # why: the cluster's cores are not this machine's; the layout rule cannot measure them.
     on_this_machine=False,
