@@ -162,6 +162,33 @@ def test_no_two_packages_import_each_other():
     assert not circles, circles
 
 
+#: The one module of a backend that others may import: the unroll's field layout, shared by
+#: every backend and by the loops that index batches (to move to the runtime).
+SHARED_BACKEND_MODULES = ("gazelle.backends.local.layout",)
+
+
+def _backend_of(module: str) -> str | None:
+    """`gazelle.backends.ray.fleet` -> `ray`; None outside a backend's package."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "backends" else None
+
+
+def test_a_backend_imports_no_other_backend_and_an_algorithm_none():
+    """A backend knows no other backend (the Ray parameter server no local module), and an
+    algorithm reaches its backend through `gazelle.backends` only, never a backend's own
+    package (no `--backend` branch needs one)."""
+    bad = sorted(
+        f"{module} imports {name}"
+        for module, names in imports().items()
+        for name in names
+        if _backend_of(name) is not None
+        and name not in SHARED_BACKEND_MODULES
+        and _backend_of(module) != _backend_of(name)
+        and (_backend_of(module) is not None or _package(module) == "algorithms")
+    )
+    assert not bad, "\n".join(bad)
+
+
 def test_no_module_is_in_a_circle():
     """No import circle between modules, inside a package or across packages, counting
     imports inside functions and `TYPE_CHECKING` blocks (a circle made legal by importing
