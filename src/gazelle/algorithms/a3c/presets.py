@@ -90,4 +90,3 @@ A3C_PRESETS["gazelle"]["vector"].update(
 for _families in A3C_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("subtract_background", False)  # the starter agent's frames / 255
-A3C_PRESET_NAMES = tuple(A3C_PRESETS)

@@ -88,7 +88,6 @@ IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True, popart=True,
     reward_clipping="none",
 )  # fmt: skip
-PRESET_NAMES = tuple(IMPALA_PRESETS)
 for _families in IMPALA_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("vtrace_lambda", 1.0)  # the seed's V-trace
