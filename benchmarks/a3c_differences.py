@@ -55,7 +55,8 @@ _FIXED = ["--no-end-rollout-at-episode-end"]
 #: arm but `universe-starter` (which sets the seed's own) asks for them.
 _GRID_OPTIMISER = {"atari": ["--learning-rate", "0.0001", "--grad-norm-clip", "40"]}
 #: Arm -> (what it is, flags added to `gazelle train --algo a3c`). Each difference's flag is
-#: the value `--preset universe-starter` sets (gazelle.config.presets.UNIVERSE_STARTER_AGENT).
+#: the value `--preset universe-starter` sets
+#: (gazelle.algorithms.a3c.presets.UNIVERSE_STARTER_AGENT).
 ARMS: dict[str, tuple[str, list[str]]] = {
     "gazelle": ("gazelle's way in all four", _FIXED),
     "features-alone": (

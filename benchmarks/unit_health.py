@@ -117,7 +117,8 @@ def measure(logdir: Path, steps: int, seed: int, path: Path | None = None) -> di
     env = make(level, seed=seed, **env_kwargs(config))
     try:
         spec = agent_obs_spec(config, obs_spec(env))
-        inputs_to_core = config.a3c.last_action_reward if config.algo == "a3c" else True
+        # why: an algorithm without the setting (IMPALA) feeds the core the last action and reward
+        inputs_to_core = getattr(config.algorithm, "last_action_reward", True)
 
         def agent_of(weights: dict[str, Any] | None) -> nn.Module:
             torch.manual_seed(seed)

@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
 from gazelle.algorithms.a3c.rollouts import pull_rollouts
+from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
 from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
-from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.models import Agent
 from gazelle.runtime.schedule import LinearDecay
 from gazelle.types import ObsSpec

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gazelle.algorithms.a3c.presets import GAZELLE_A3C_AGENT, UNIVERSE_STARTER_AGENT
 from gazelle.cli import build_parser, config_from_args
 from gazelle.config import resolve, validate
-from gazelle.config.presets import GAZELLE_A3C_AGENT, UNIVERSE_STARTER_AGENT
 from gazelle.envs.probe import EnvProbe
 from gazelle.types import ObsSpec
 

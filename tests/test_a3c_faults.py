@@ -10,8 +10,8 @@ import pytest
 
 from gazelle import checkpoint
 from gazelle.algorithms.a3c import train
+from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
 from gazelle.algorithms.stops import RunStopped
-from gazelle.backends.local.hogwild import SharedAdamServer
 from gazelle.backends.local.process import TaskFleet
 from gazelle.cli import main
 from test_reliability import _alive

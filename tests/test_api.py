@@ -24,7 +24,8 @@ from gazelle import plugins, registrations
 from gazelle.backends.local.process import TaskFleet
 from gazelle.config import Config, ConfigError, validate
 from gazelle.models.custom import CustomTorso
-from gazelle.models.torsos import MLPTorso, Torso, make_torso
+from gazelle.models.torso_factory import make_torso
+from gazelle.models.torsos import MLPTorso, Torso
 
 
 class TinyTorso(nn.Module):

@@ -5,6 +5,7 @@ import json
 import pytest
 
 import gazelle.bench.parts as bench_parts
+import gazelle.runtime.part_costs as part_costs
 from gazelle.bench.train import learner_busy, limit, run
 from gazelle.cli import main
 from gazelle.config import Config
@@ -39,9 +40,9 @@ def test_each_part_keeps_its_best_round(monkeypatch):
 
         return measure
 
-    monkeypatch.setattr(bench_parts, "env_rate", fake("env", [100.0, 300.0, 200.0]))
-    monkeypatch.setattr(bench_parts, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
-    monkeypatch.setattr(bench_parts, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
+    monkeypatch.setattr(part_costs, "env_rate", fake("env", [100.0, 300.0, 200.0]))
+    monkeypatch.setattr(part_costs, "inference_rate", fake("inference", [50.0, 40.0, 45.0]))
+    monkeypatch.setattr(part_costs, "learner_rate", fake("learner", [7.0, 8.0, 9.0]))
     config = Config.of(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2)
     parts = bench_parts.measure_parts(config, seconds=0.3, rounds=3)
     assert parts["rates"] == {

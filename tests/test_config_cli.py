@@ -239,7 +239,7 @@ def test_default_num_actors_leaves_the_learner_a_core():
 
 
 def test_unset_num_actors_resolves_for_this_machine():
-    from gazelle.algorithms.impala import build
+    from gazelle.algorithms.impala.build import build
     from gazelle.config import default_num_actors
 
     run = build(Config.of(env="CartPole-v1"))

@@ -14,7 +14,11 @@ from gazelle.envs.probe import EnvProbe, LevelsDiffer, probe
 
 @pytest.fixture
 def resolved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every spec `gazelle.envs.registry.resolve` is asked about, in order."""
+    """Every spec `gazelle.envs.registry.resolve` is asked about, in order (from a process
+    that has resolved none: the probe keeps what it resolved)."""
+    import gazelle.envs.probe as probe_module
+
+    monkeypatch.setattr(probe_module, "_RESOLVED", {})
     calls: list[str] = []
     real = registry.resolve
 
@@ -91,6 +95,27 @@ def test_prepare_resolves_the_spec_once(resolved, monkeypatch, tmp_path):
     assert config.env.atari_frames == "deepmind" and config.model.torso == "shallow"
     assert (config.env.sticky_actions, config.env.life_loss) == (False, True)
     assert found.levels == ["PongNoFrameskip-v4"]
+
+
+def test_a_run_resolves_each_level_once_from_the_cli_to_the_actors(resolved, tmp_path):
+    """`gazelle train` without --algo picks the algorithm from the levels' kinds, then the
+    run probes them, measures the layout and hands each actor its level: one resolution of
+    each level in all (the actors get the probe's `Resolved`)."""
+    from gazelle.algorithms.impala.build import actor_specs
+    from gazelle.cli import build_parser, config_from_args
+    from gazelle.runtime.actor import make_env_batch
+
+    argv = ["train", "--env", "CartPole-v1,gazelle/Catch-v0", "--logdir", str(tmp_path)]
+    config = config_from_args(build_parser().parse_args(argv))
+    assert config.algo == "impala" and resolved == ["CartPole-v1", "gazelle/Catch-v0"]
+    with pytest.raises(ConfigError, match="levels with the same observations"):
+        prepare(config)  # why: two kinds of observations; only one level's facts are needed
+    config = config.replace(env="CartPole-v1", num_actors=None, envs_per_actor=2)
+    config, found, _ = prepare(config)  # the layout is measured: its env is the probe's
+    specs = actor_specs(config, found)
+    assert [spec.env_target for spec in specs] == [found.target("CartPole-v1")] * len(specs)
+    make_env_batch(specs[0]).close()
+    assert resolved == ["CartPole-v1", "gazelle/Catch-v0"]
 
 
 def test_too_few_actors_are_named_before_any_env_is_made(tmp_path, monkeypatch):

@@ -94,7 +94,7 @@ def test_dict_task_stays_at_chance_with_its_discrete_key_withheld(tmp_path):
 
 def atari_defaults() -> dict:
     """The IMPALA settings gazelle gives an Atari game (its preset), for a non-Atari task."""
-    from gazelle.config import IMPALA_PRESETS
+    from gazelle.algorithms.impala.presets import IMPALA_PRESETS
 
     preset = IMPALA_PRESETS["gazelle"]["atari"]
     keys = ("batch_size", "unroll_length", "optimizer", "learning_rate", "epsilon",

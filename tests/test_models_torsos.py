@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gazelle.models import TORSOS, Agent
-from gazelle.models.torsos import SameConv2d, make_torso, max_pool_same, same_padding
+from gazelle.models.torso_factory import make_torso
+from gazelle.models.torsos import SameConv2d, max_pool_same, same_padding
 from gazelle.types import ObsSpec
 
 # Frame shapes as the runtime gives them. BabyAI: the rendered grid, assumed 3x56x56 uint8.

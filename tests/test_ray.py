@@ -6,6 +6,7 @@ central inference serves the actors."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -189,6 +190,7 @@ def test_central_inference_on_ray_serves_the_actors(cluster, small, tmp_path):
 
 
 def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):
+    from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
     from gazelle.backends.ray.param_server import ParameterServerHost, RayParameterServer
     from gazelle.models import build_agent
 
@@ -210,7 +212,8 @@ def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):
     assert frames == sorted(frames)  # the second run went on from the first's frames
     # and a server actor applies a push: one step, weights changed by Adam's first step
     agent = build_agent(*_probe(config), init="seed")
-    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(agent, 1, 0.01, 1e-8, None)
+    store = functools.partial(SharedAdamServer, num_workers=1, lr=0.01, eps=1e-8)
+    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(agent, store)
     client = RayParameterServer(host)
     before = [p.detach().clone() for p in agent.parameters()]
     grads = [torch.ones_like(p) for p in agent.parameters()]

@@ -211,8 +211,8 @@ def test_the_learner_measures_one_update_in_health_every_and_reports_it_until_th
 
 def test_an_a3c_update_reports_the_health_only_when_measured():
     from gazelle.algorithms.a3c.loss import A3CLossSettings
+    from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
     from gazelle.algorithms.a3c.worker import TrainerSettings, train_step
-    from gazelle.backends.local.hogwild import SharedAdamServer
 
     torch.manual_seed(0)
     agent, local = Agent(SPEC, "universe", True), Agent(SPEC, "universe", True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gazelle.algorithms.runstate import TrainResult
-from gazelle.config import Config, ConfigError
+from gazelle.config import Config, ConfigError, registry
 from gazelle.config.presets import default_algo
 from gazelle.runtime.learner import LossFn
 
@@ -93,8 +93,12 @@ def train(
 
         result: TrainResult = train_algorithm(config, on_progress)
         return result
-    if config.algo != "impala":
-        raise ConfigError("algo", config.algo, "impala (loss_fn replaces IMPALA's V-trace loss)")
-    from gazelle.algorithms.impala import train as train_impala
-
-    return train_impala(config, on_progress, loss_fn=loss_fn)
+    algorithm = registry.algorithm(config.algo)
+    if not algorithm.takes_loss_fn:
+        takers = [a.name for a in registry.algorithms() if a.takes_loss_fn]
+        raise ConfigError(
+            "algo", config.algo, f"{' | '.join(takers)} (loss_fn replaces IMPALA's V-trace loss)"
+        )
+    result = algorithm.train(config, on_progress, loss_fn=loss_fn)
+    assert isinstance(result, TrainResult)
+    return result

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gazelle.config import Config, ConfigError, all_fields
+from gazelle.config import Config, ConfigError, all_fields, registry
 from gazelle.config.presets import default_algo
 
 NEXT_STEPS = """\
@@ -69,14 +69,13 @@ def _number(kind: type) -> Any:
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per config field (`gazelle.config.all_fields`), help from its docstring."""
-    from gazelle.algorithms import ALGORITHMS
-
     parser.add_argument(
         "--algo",
         default=argparse.SUPPRESS,
         metavar="NAME",
-        help=f"the algorithm: {' | '.join(ALGORITHMS)} (default: the --preset's, impala for "
-        "impala-paper and a3c for universe-starter; else appo for ViZDoom ids, impala otherwise)",
+        help=f"the algorithm: {' | '.join(registry.algorithm_names())} (default: the --preset's, "
+        "impala for impala-paper and a3c for universe-starter; else appo for ViZDoom ids, "
+        "impala otherwise)",
     )
     for name, flat in all_fields().items():
         flag = "--" + name.replace("_", "-")
@@ -124,8 +123,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """The config of the flags given; a flag left out keeps the field's default, or, when
     `--logdir` holds a run to resume, that run's setting (its algorithm, env, budget, ...:
     `gazelle train --logdir DIR --total-frames N` continues any run)."""
-    from gazelle.algorithms import ALGORITHMS
-
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
     values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
@@ -136,8 +133,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         return Config.from_flat({**saved.flat(), **values})
     env = str(values.get("env") or Config().env.id)
     algo = getattr(args, "algo", None) or default_algo(env, values.get("preset"))
-    if algo not in ALGORITHMS:
-        raise ConfigError("algo", algo, " | ".join(ALGORITHMS))
+    registry.algorithm(algo)  # why: an unknown name fails here, in one line naming the known
     if "logdir" not in values:
         name = env.replace("/", "_").replace(",", "+")
         values["logdir"] = f"runs/{name[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from gazelle.config import registry
 from gazelle.config.core import FlatField, algorithm_fields, common_fields
-from gazelle.config.sections import ALGORITHM_SECTIONS
 
 #: Help text is wrapped at this width whatever the terminal, so the page is stable.
 WIDTH = 96
@@ -76,7 +76,7 @@ def render() -> str:
         by_section.setdefault(flat.section, {})[name] = flat
     for section, fields in by_section.items():
         lines += [f"### {section}", "", *_table(fields), ""]
-    for algo in ALGORITHM_SECTIONS:
+    for algo in registry.algorithm_names():
         lines += [f"### {algo} (with `--algo {algo}`)", "", *_table(algorithm_fields(algo)), ""]
     subparsers = next(
         a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)

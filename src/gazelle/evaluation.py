@@ -143,8 +143,9 @@ def evaluate(
             if agent is None:
                 spec = agent_obs_spec(config, obs_spec(env))
                 encode = ObsEncoder(spec)
-                # why: an A3C agent's core may see the features alone (--no-last-action-reward).
-                inputs = config.a3c.last_action_reward if config.algo == "a3c" else True
+                # why: an A3C agent's core may see the features alone (--no-last-action-reward);
+                # an algorithm without the setting feeds it the last action and reward.
+                inputs = getattr(config.algorithm, "last_action_reward", True)
                 # why: a multi-task PopArt agent has a value output per training level.
                 head = state["agent"].get("baseline.weight")
                 levels_out = 1 if head is None else int(head.shape[0])

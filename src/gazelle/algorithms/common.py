@@ -17,6 +17,7 @@ from gazelle.config import (
     Config,
     ConfigError,
     default_slots_per_env,
+    registry,
     resolve,
     validate,
 )
@@ -105,7 +106,7 @@ def probe(config: Config) -> EnvProbe:
     try:
         # why: Atari's preprocessing, which the observation shape depends on, is the
         # algorithm's own unless given (IMPALA: DeepMind's 84x84x4; A3C: the seed's 42x42).
-        frames = "universe" if config.algo == "a3c" else "deepmind"
+        frames = registry.algorithm(config.algo).atari_frames
         kwargs = {**env_kwargs(config), "full_action_space": config.env.full_action_space}
         return probe_env(env, frames, one_actor_per_level, **kwargs)
     except LevelsDiffer as err:

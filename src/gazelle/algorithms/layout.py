@@ -3,30 +3,34 @@
 On a CPU learner, IMPALA's cores are shared between acting (env steps and the actors' own
 inference) and learning, so the right number of actor processes depends on what one agent
 step costs in each. `choose_num_actors` measures that at start-up, in core-seconds per
-agent step and on a throwaway copy of the run's agent and learner (each part's best of
-three interleaved rounds, about 3 s in all), and gives the actors their share of the cores,
-rounded up:
+agent step (each part's best of three interleaved rounds, about 3 s in all): the env and
+an agent copy's inference here, the learner through the cost the algorithm hands it
+(`Algorithm.learner_rate` in `gazelle.config.registry`: its own fresh learner; this module
+builds none), and gives the actors their share of the cores, rounded up:
 
     actors = ceil(cores * acting / (acting + learning) - SLACK)
 
 On 2 cores this picks 2 actors for the shallow torso (acting ~60% of the work) and 1 for
 nature and deep (the learner costs more than acting): the best rows of the scaling table in
 docs/performance.md. Where the learner runs on a GPU (and the actors only step envs), every
-core but the learner's driver goes to actors; with A3C (each worker learns for itself) and
-on Ray (the cluster's cores are not this machine's) the rule is `default_num_actors`.
+core but the learner's driver goes to actors; for an algorithm without a learner cost (A3C:
+each worker learns for itself) and on a backend whose actors run elsewhere
+(`Backend.on_this_machine`: Ray, the cluster's cores are not this machine's) the rule is
+`default_num_actors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
-from gazelle.config import Config, default_num_actors
+from gazelle.config import Config, default_num_actors, registry
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
@@ -68,51 +72,45 @@ def actors_for(costs: StepCosts, cores: int, num_levels: int = 1) -> int:
     return max(1, min(cores, wanted), num_levels)
 
 
-def measure_costs(config: Config, found: EnvProbe, device: torch.device) -> StepCosts:
-    """Each part alone, one thread, on fresh copies of the run's agent and learner (the
-    run's own weights, optimiser state and RNG streams are not touched)."""
-    from gazelle.algorithms.common import env_kwargs
-    from gazelle.algorithms.impala.build import make_learner
-    from gazelle.models import build_agent
-    from gazelle.runtime.allocator import keep_freed_memory
-    from gazelle.runtime.part_costs import best_rates, env_rate, inference_rate, learner_rate
+#: The algorithm's learner cost: `(config, probe, device) -> (seconds -> agent steps learned
+#: per core-second)` (`Algorithm.learner_rate`).
+LearnerRate = Callable[[Config, "EnvProbe", torch.device], Callable[[float], float]]
 
+
+def measure_costs(
+    config: Config, found: EnvProbe, device: torch.device, learner: LearnerRate | None = None
+) -> StepCosts:
+    """Each part alone, one thread: env steps and an agent copy's inference here, the
+    learner by `learner` (the algorithm's `Algorithm.learner_rate` unless given), each on
+    fresh objects (the run's own weights, optimiser state and RNG streams are not touched)."""
+    from gazelle.runtime import part_costs
+    from gazelle.runtime.allocator import keep_freed_memory
+
+    learner = learner or registry.algorithm(config.algo).learner_rate
+    assert learner is not None, f"--algo {config.algo} declares no learner cost"
     keep_freed_memory()  # why: as the run's learner will; without it deep measures ~1.6x slower
-    model = config.model
-    assert model.init is not None  # resolved from the preset
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):
-            agent = build_agent(
-                found.obs_spec, model.torso, bool(model.use_lstm), model.init,
-                **model.agent_options(),
-            )  # fmt: skip
-            agent = agent.to(device)
-            run = SimpleNamespace(
-                config=config,
-                obs_spec=found.obs_spec,
-                agent=agent,
-                device=device,
-                learner=make_learner(config, agent, device),
-                unroll_length=int(config.algorithm.unroll_length or 1),
-                batch_size=int(config.algorithm.batch_size or 1),
-            )
-            envs, kwargs = int(config.actors.envs_per_actor or 1), env_kwargs(config)
-            rates = best_rates(
+            learner_measure = learner(config, found, device)
+            envs = int(config.actors.envs_per_actor or 1)
+            # why: the probe makes the env as it made it, without resolving the spec again.
+            make_env = functools.partial(found.make, found.levels[0], seed=0)
+            rates = part_costs.best_rates(
                 {
-                    "env": lambda s: env_rate(found.levels[0], kwargs, s),
-                    "inference": lambda s: inference_rate(run, envs, s),
-                    "learner": lambda s: learner_rate(run, s),
+                    "env": lambda s: part_costs.env_rate(make_env, s),
+                    "inference": lambda s: part_costs.inference_rate(
+                        config, found.obs_spec, envs, s
+                    ),
+                    "learner": learner_measure,
                 },
                 MEASURE_S,
                 ROUNDS,
             )
     finally:
         torch.set_num_threads(threads)
-    # why: APPO trains on each sample `epochs` times (its minibatches split the same work).
-    epochs = int(getattr(config.algorithm, "epochs", None) or 1)
-    return StepCosts(1.0 / rates["env"], 1.0 / rates["inference"], epochs / rates["learner"])
+    return StepCosts(1.0 / rates["env"], 1.0 / rates["inference"], 1.0 / rates["learner"])
 
 
 def choose_num_actors(
@@ -121,13 +119,13 @@ def choose_num_actors(
     """`--num-actors` for a resolved config that left it unset, and a log line saying why."""
     cores = cores or os.cpu_count() or 1
     levels = len(found.levels)
-    learns = config.algo in ("impala", "appo")
-    measured = learns and config.actors.backend == "local" and device.type == "cpu"
-    if not measured:
+    learner = registry.algorithm(config.algo).learner_rate
+    here = registry.backend(config.actors.backend).on_this_machine
+    if learner is None or not here or device.type != "cpu":
         n = default_num_actors(levels, cores)
-        why = "every core but the learner's" if learns else "cores - 1, at least 2"
+        why = "every core but the learner's" if learner else "cores - 1, at least 2"
         return n, f"gazelle: layout: {n} actor{'s' if n > 1 else ''} ({why}, {cores} cores)"
-    costs = measure_costs(config, found, device)
+    costs = measure_costs(config, found, device, learner)
     n = actors_for(costs, cores, levels)
     return n, (
         f"gazelle: layout: {n} actor{'s' if n > 1 else ''} x {config.actors.envs_per_actor} envs "

@@ -179,7 +179,8 @@ def _saved_schedule(state: dict[str, Any], saved: Config) -> LinearDecay | None:
         kept = state["lr_schedule"]
         return None if kept is None else LinearDecay.from_dict(kept)
     lr, total = saved.algorithm.learning_rate, saved.run.total_frames
-    decays = saved.algo != "a3c" or bool(saved.a3c.learning_rate_decay)
+    # why: an algorithm whose section has `learning_rate_decay` (A3C) decays only with it on.
+    decays = bool(getattr(saved.algorithm, "learning_rate_decay", True))
     return LinearDecay.fresh(float(lr), int(total)) if decays and lr and total else None
 
 

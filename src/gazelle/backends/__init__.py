@@ -2,23 +2,29 @@
 
 An algorithm describes the actors it needs (`BackendRequest`); the backend named by
 `--backend` builds them and hands back a `Transport`: a `BatchSource` for the loop, a
-`ParamPublisher` for new weights and the `Fleet` of actors. Everything is typed against
-`gazelle.runtime.interfaces`, so a new backend is one new module listed in `BACKENDS`.
+`ParamPublisher` for new weights and the `Fleet` of actors. An algorithm whose workers
+learn for themselves (A3C) describes them in a `WorkerRequest`: the work each runs (a
+callable) and the parameter store they push to (the algorithm's optimiser over its global
+network); the backend keeps the store where its workers reach it and hands back `Workers`:
+a `ParameterServer` and the `Fleet` of workers. Everything is typed against
+`gazelle.runtime.interfaces`, so a new backend is one new package declaring its `Backend`
+(`gazelle.config.registry`: its `build`, the flags that are its own, how it shares the
+machine) and one line in the registry's `BUILT_IN_BACKENDS`.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
+from gazelle.config import ConfigError, registry
 from gazelle.models import Agent
 from gazelle.runtime.actor import ActorSpec
-from gazelle.runtime.interfaces import BatchSource, Fleet, ParamPublisher
-
-#: Backend name -> module with `build(request: BackendRequest) -> Transport`.
-BACKENDS = {"local": "gazelle.backends.local", "ray": "gazelle.backends.ray"}
+from gazelle.runtime.interfaces import BatchSource, Fleet, ParameterServer, ParamPublisher, Work
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,66 @@ class Transport:
     fleet: Fleet
 
 
+@dataclass(frozen=True)
+class WorkerRequest:
+    """What an algorithm's workers need (A3C's), whatever runs them.
+
+    Attributes:
+        work: what each worker process runs, `work(spec, context, server, settings)`
+            (`gazelle.runtime.interfaces.Work`: a module-level function, picklable).
+        specs: one spec per worker (level, envs, agent shape, seed).
+        settings: the work's own settings (picklable), handed to every worker.
+        agent: the global network, whose weights the parameter store holds.
+        make_server: the parameter store: `make_server(agent) -> ParameterServer`, the
+            algorithm's optimiser over the global network (picklable); the backend calls it
+            where it keeps the store (this process, or a parameter-server process).
+        actor_timeout_s: a worker silent this long is killed and replaced.
+        cluster_address: a cluster to join (Ray); None: this machine.
+        cpus_per_actor: CPUs each worker declares to the cluster's scheduler (Ray).
+        dashboard: start a private Ray instance with its dashboard (Ray).
+    """
+
+    work: Work
+    specs: list[ActorSpec]
+    settings: Any
+    agent: nn.Module
+    make_server: Callable[[nn.Module], ParameterServer]
+    actor_timeout_s: float = 120.0
+    cluster_address: str | None = None
+    cpus_per_actor: float = 1.0
+    dashboard: bool = False
+
+
+@dataclass
+class Workers:
+    """What a backend gives an algorithm's loop for its workers."""
+
+    server: ParameterServer
+    fleet: Fleet
+
+
+def _backend(name: str) -> registry.Backend:
+    try:
+        return registry.backend(name)
+    except ConfigError:
+        allowed = " | ".join(registry.backend_names())
+        raise ValueError(f"--backend: invalid value {name!r}; allowed: {allowed}") from None
+
+
 def build_backend(name: str, request: BackendRequest) -> Transport:
-    """Build the backend `name` (one of `BACKENDS`) for `request`."""
-    if name not in BACKENDS:
-        raise ValueError(f"--backend: invalid value {name!r}; allowed: {' | '.join(BACKENDS)}")
-    module = importlib.import_module(BACKENDS[name])
-    transport: Transport = module.build(request)
+    """Build the backend `name` (`gazelle.config.registry.backend_names()`) for `request`."""
+    transport: Transport = _backend(name).build(request)
     return transport
+
+
+def build_workers(name: str, request: WorkerRequest) -> Workers:
+    """The parameter store and the (not yet started) workers of `request` on backend
+    `name`."""
+    backend = _backend(name)
+    if backend.build_workers is None:
+        with_workers = [b.name for b in registry.backends() if b.build_workers is not None]
+        raise ValueError(
+            f"--backend: {name!r} runs no workers; allowed: {' | '.join(with_workers)}"
+        )
+    workers: Workers = backend.build_workers(request)
+    return workers

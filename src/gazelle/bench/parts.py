@@ -1,56 +1,28 @@
 """`gazelle bench` parts: env, inference and learner, each alone on one core.
 
 Each part's rate is items per CPU-second of this process on one torch thread, so the rates
-of parts measured one after another add up to the machine's limit (see `limit`). The
+of parts measured one after another add up to the machine's limit (see `limit`). What the
+parts are is the algorithm's (`Algorithm.measure_parts` in `gazelle.config.registry`: IMPALA's
+and APPO's `gazelle.algorithms.impala.parts`, A3C's `gazelle.algorithms.a3c.parts`); the
 measurements themselves are the runtime's (`gazelle.runtime.part_costs`), which the layout
 rule uses too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from gazelle.config import Config
-from gazelle.runtime.part_costs import best_rates, env_rate, inference_rate, learner_rate
+from gazelle.config import Config, registry
 
 
 def measure_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
-    """Per-core rates of env, inference and learner for `config`'s run.
-
-    Each part's best of `rounds` interleaved rounds (`best_rates`): a limit built from the
-    best rounds is the strictest one for the efficiency.
-    """
-    from gazelle.algorithms.common import env_kwargs
-    from gazelle.algorithms.impala import build
-
-    threads = torch.get_num_threads()
-    run = build(config)  # builds the run's agent/learner; actors are not started
-    torch.set_num_threads(1)
-    try:
-        cfg = run.config
-        actors = cfg.actors
-        # why: with central inference the server batches the envs of all actors (up to
-        # --inference-max-batch), so inference alone is measured at that batch.
-        batch = int(actors.envs_per_actor or 1)
-        if actors.inference == "central":
-            batch = actors.inference_max_batch or batch * int(actors.num_actors or 1)
-        parts: dict[str, Callable[[float], float]] = {
-            "env_steps_per_core_s": lambda s: env_rate(run.levels[0], env_kwargs(cfg), s),
-            "inference_samples_per_core_s": lambda s: inference_rate(run, batch, s),
-            "learner_samples_per_core_s": lambda s: learner_rate(run, s),
-        }
-        rates = best_rates(parts, seconds, rounds)
-    finally:
-        torch.set_num_threads(threads)
-    return {
-        "rates": rates,
-        "config": run.config,
-        "action_repeats": run.action_repeats,
-        "inference_batch": batch,
-    }
+    """Per-core rates of `config`'s run's parts, as its algorithm measures them: `rates`
+    (env steps, inference samples, learner samples per core-second), the resolved `config`,
+    `action_repeats` and `inference_batch`."""
+    measure = registry.algorithm(config.algo).measure_parts
+    if measure is None:
+        raise ValueError(f"--algo {config.algo}: no parts to measure for gazelle bench")
+    return measure(config, seconds, rounds)
 
 
 def limit(rates: dict[str, float], cores: int, action_repeats: int) -> float:

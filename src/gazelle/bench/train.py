@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gazelle.bench.parts import limit, measure_parts
-from gazelle.config import Config
+from gazelle.config import Config, algorithm_fields, registry
 
 WARMUP_FRACTION = 0.25
 #: A learner busy at least this fraction of its time limits the run; below, the actors do.
@@ -52,12 +52,7 @@ def run(
     """Measure parts, then train for `seconds`; returns the JSON-able result."""
 
     cores = cores or os.cpu_count() or 1
-    if config.algo == "a3c":
-        from gazelle.bench.a3c_parts import measure_a3c_parts
-
-        parts = measure_a3c_parts(config, part_seconds)
-    else:
-        parts = measure_parts(config, part_seconds)
+    parts = measure_parts(config, part_seconds)  # the algorithm's (`Algorithm.measure_parts`)
     resolved: Config = parts["config"]
     # why: train with the actors the parts' build chose (a layout left unset is measured
     # at start-up, and a second measurement could choose differently from the one reported)
@@ -82,10 +77,17 @@ def run(
         "seconds": seconds,
         "config": {k: _get(resolved, k) for k in CONFIG_KEYS},
     }
-    if config.actors.backend != "local":
+    if config.actors.backend != registry.DEFAULT_BACKEND:
         # why: the backend's cost is the ratio to the local backend on the same config, in
         # the same invocation (same machine, same minute), as docs/performance.md asks.
-        local_fps, _ = train_fps(config.replace(backend="local", ray_address=None), seconds)
+        # why: the flags only that backend reads go back to their defaults (the local
+        # backend refuses them).
+        defaults = type(config.actors)()
+        own = registry.backend(config.actors.backend).own_flags
+        local = config.replace(
+            backend=registry.DEFAULT_BACKEND, **{f: getattr(defaults, f) for f in own}
+        )
+        local_fps, _ = train_fps(local, seconds)
         transport = [p["ray/get_ms_per_unroll"] for p in points if "ray/get_ms_per_unroll" in p]
         out.update(
             backend=config.actors.backend,
@@ -235,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     values = dict(
         algo=args.algo,
         env=args.env,
-        model=args.model or ("universe" if args.algo == "a3c" else "shallow"),
+        # why: the algorithm's torso for images (A3C: universe), else the CPU's (shallow).
+        model=args.model or registry.algorithm(args.algo).image_torso or "shallow",
         use_lstm=args.use_lstm,
         num_actors=args.num_actors,
         envs_per_actor=args.envs_per_actor,
@@ -246,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         backend=args.backend,
         ray_address=args.ray_address,
     )
-    if args.algo != "a3c":
+    if "batch_size" in algorithm_fields(args.algo):  # a learner fed batches by actors
         values.update(batch_size=args.batch_size, inference=args.inference)
     # why: flags left out keep the config's default (for A3C, fields are not optional)
     config = Config.from_flat({k: v for k, v in values.items() if v is not None})

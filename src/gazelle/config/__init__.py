@@ -1,30 +1,27 @@
 """Typed, frozen configuration, validated once at the edge.
 
 A `Config` has one section per concern (`env`, `model`, `actors`, `run`) and one per
-algorithm (`impala`); each field is one flag of `gazelle train`. `resolve` fills the fields a
-user left unset from the env family's preset; `validate` raises `ConfigError` naming the
-flag, the bad value and what is allowed. See `gazelle.config.sections` for every field.
+algorithm (`impala`, declared in the algorithm's folder and found through
+`gazelle.config.registry`); each field is one flag of `gazelle train`. `resolve` fills the
+fields a user left unset from the env family's preset; `validate` raises `ConfigError`
+naming the flag, the bad value and what is allowed. See `gazelle.config.sections` for the
+common fields and each algorithm's `settings` module for its own.
 """
 
 from gazelle.config.core import Config, FlatField, algorithm_fields, all_fields, common_fields
 from gazelle.config.errors import ConfigError
 from gazelle.config.presets import (
-    A3C_PRESET_NAMES,
-    A3C_PRESETS,
-    IMPALA_PRESETS,
-    PRESET_NAMES,
     default_num_actors,
     default_slots_per_env,
     default_torso,
     env_family,
     resolve,
 )
+from gazelle.config.registry import Algorithm, Backend
 from gazelle.config.sections import (
-    ALGORITHM_SECTIONS,
     COMMON_SECTIONS,
     ActorConfig,
     EnvConfig,
-    ImpalaConfig,
     ModelConfig,
     RunConfig,
 )
@@ -38,23 +35,19 @@ from gazelle.config.validation import (
 )
 
 __all__ = [
-    "A3C_PRESETS",
-    "A3C_PRESET_NAMES",
-    "ALGORITHM_SECTIONS",
     "COMMON_SECTIONS",
-    "IMPALA_PRESETS",
     "INFERENCE_CHOICES",
     "OPTIMIZER_CHOICES",
     "PRECISION_CHOICES",
-    "PRESET_NAMES",
     "REWARD_CLIPPING_CHOICES",
     "TORSO_CHOICES",
     "ActorConfig",
+    "Algorithm",
+    "Backend",
     "Config",
     "ConfigError",
     "EnvConfig",
     "FlatField",
-    "ImpalaConfig",
     "ModelConfig",
     "RunConfig",
     "algorithm_fields",

@@ -4,6 +4,8 @@
     config.env.id, config.impala.batch_size, config.algorithm.batch_size   # the same run
     config.get("batch_size"), config.replace(batch_size=8)                  # by flat name
 
+The common sections are fields; each algorithm's section is its own (`Algorithm.section`
+in `gazelle.config.registry`), read as `config.section("impala")` or `config.impala`.
 `to_dict` / `from_dict` give the nested form saved in a run's `config.json` and checkpoint;
 `from_dict` also reads the flat form of checkpoints written before the sections existed.
 """
@@ -20,15 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gazelle.config import registry
 from gazelle.config.errors import ConfigError
+from gazelle.config.registry import DEFAULT_ALGORITHM
 from gazelle.config.sections import (
-    ALGORITHM_SECTIONS,
     COMMON_SECTIONS,
-    A3CConfig,
     ActorConfig,
-    AppoConfig,
     EnvConfig,
-    ImpalaConfig,
     ModelConfig,
     RunConfig,
 )
@@ -86,17 +86,23 @@ def common_fields() -> dict[str, FlatField]:
     return out
 
 
-@functools.cache
 def algorithm_fields(algo: str) -> dict[str, FlatField]:
-    """Flat name -> field of one algorithm's section."""
-    return {flat.name: flat for flat in _section_fields(algo, ALGORITHM_SECTIONS[algo])}
+    """Flat name -> field of one algorithm's section (`ConfigError` for an unknown one)."""
+    return dict(_algorithm_fields(algo, registry.algorithm(algo).section))
+
+
+@functools.cache
+def _algorithm_fields(algo: str, section: type) -> dict[str, FlatField]:
+    # why: keyed by the class too, so a name registered again with another section (a
+    # test's toy) is read afresh.
+    return {flat.name: flat for flat in _section_fields(algo, section)}
 
 
 def all_fields() -> dict[str, FlatField]:
     """Every flag once: the common fields, then each algorithm's (the first algorithm that
     has a name describes it)."""
     out = dict(common_fields())
-    for algo in ALGORITHM_SECTIONS:
+    for algo in registry.algorithm_names():
         for name, flat in algorithm_fields(algo).items():
             out.setdefault(name, flat)
     return out
@@ -106,26 +112,49 @@ def all_fields() -> dict[str, FlatField]:
 class Config:
     """Everything a training run needs; see the module docstring."""
 
-    algo: str = "impala"
-    """The algorithm that runs: impala | a3c | appo."""
+    algo: str = DEFAULT_ALGORITHM
+    """The algorithm that runs: impala | a3c | appo (`gazelle.config.registry`)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     actors: ActorConfig = field(default_factory=ActorConfig)
     run: RunConfig = field(default_factory=RunConfig)
-    impala: ImpalaConfig = field(default_factory=ImpalaConfig)
-    a3c: A3CConfig = field(default_factory=A3CConfig)
-    appo: AppoConfig = field(default_factory=AppoConfig)
+    sections: tuple[tuple[str, Any], ...] = ()
+    """The algorithms' sections that differ from their defaults, `(name, section)` sorted
+    by name (so that two configs of the same values are equal); read them with `section`."""
+
+    def __post_init__(self) -> None:
+        kept = tuple(
+            sorted(
+                ((name, value) for name, value in self.sections
+                 if value != registry.algorithm(name).section()),
+                key=lambda item: item[0],
+            )
+        )  # fmt: skip
+        object.__setattr__(self, "sections", kept)
+
+    def section(self, algo: str) -> Any:
+        """The section of algorithm `algo` (its defaults unless set)."""
+        for name, value in self.sections:
+            if name == algo:
+                return value
+        return registry.algorithm(algo).section()
 
     @property
     def algorithm(self) -> Any:
         """The section of the algorithm that runs (`self.impala` for `algo="impala"`)."""
-        return getattr(self, self.algo)
+        return self.section(self.algo)
+
+    def __getattr__(self, name: str) -> Any:
+        # why: `config.impala`, `config.a3c`: an algorithm's section by its name, as a field.
+        if not name.startswith("_") and name in registry.algorithm_names():
+            return self.section(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _locate(self, name: str) -> FlatField:
         flat = common_fields().get(name) or algorithm_fields(self.algo).get(name)
         if flat is not None:
             return flat
-        owners = [algo for algo in ALGORITHM_SECTIONS if name in algorithm_fields(algo)]
+        owners = [algo for algo in registry.algorithm_names() if name in algorithm_fields(algo)]
         if owners:
             raise ConfigError(
                 name,
@@ -143,24 +172,30 @@ class Config:
         if name == "algo":
             return self.algo
         flat = self._locate(name)
-        return getattr(getattr(self, flat.section), flat.field)
+        return getattr(self._section_of(flat.section), flat.field)
+
+    def _section_of(self, name: str) -> Any:
+        return getattr(self, name) if name in COMMON_SECTIONS else self.section(name)
 
     def replace(self, **values: Any) -> Config:
         """A copy with flat names set (`config.replace(num_actors=2, batch_size=8)`)."""
         if "algo" in values:
             algo = values.pop("algo")
-            if algo not in ALGORITHM_SECTIONS:
-                raise ConfigError("algo", algo, " | ".join(ALGORITHM_SECTIONS))
+            registry.algorithm(algo)  # why: an unknown name fails here, naming the known
             self = dataclasses.replace(self, algo=algo)
         by_section: dict[str, dict[str, Any]] = {}
         for name, value in values.items():
             flat = self._locate(name)
             by_section.setdefault(flat.section, {})[flat.field] = value
         updates = {
-            section: dataclasses.replace(getattr(self, section), **changes)
+            section: dataclasses.replace(self._section_of(section), **changes)
             for section, changes in by_section.items()
         }
-        return dataclasses.replace(self, **updates)
+        common = {name: value for name, value in updates.items() if name in COMMON_SECTIONS}
+        algorithms = {name: value for name, value in updates.items() if name not in common}
+        if algorithms:
+            common["sections"] = (*dict(self.sections, **algorithms).items(),)
+        return dataclasses.replace(self, **common)
 
     def flat(self) -> dict[str, Any]:
         """Flat name -> value, for the common sections and the algorithm that runs."""
@@ -178,11 +213,13 @@ class Config:
         return cls.from_flat(values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The nested, JSON-ready form (saved as the run's `config.json`)."""
-        return {"algo": self.algo, **{
-            name: dataclasses.asdict(getattr(self, name))
-            for name in (*COMMON_SECTIONS, *ALGORITHM_SECTIONS)
-        }}  # fmt: skip
+        """The nested, JSON-ready form (saved as the run's `config.json`): the common
+        sections, then every algorithm's."""
+        common = {name: dataclasses.asdict(getattr(self, name)) for name in COMMON_SECTIONS}
+        algorithms = {
+            name: dataclasses.asdict(self.section(name)) for name in registry.algorithm_names()
+        }
+        return {"algo": self.algo, **common, **algorithms}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Config:
@@ -192,8 +229,14 @@ class Config:
             known = set(all_fields()) | {"algo"}
             return cls.from_flat({k: v for k, v in values.items() if k in known})
         sections: dict[str, Any] = {}
-        for name, section_cls in {**COMMON_SECTIONS, **ALGORITHM_SECTIONS}.items():
+        owners = {
+            **COMMON_SECTIONS,
+            **{name: registry.algorithm(name).section for name in registry.algorithm_names()},
+        }
+        for name, section_cls in owners.items():
             given = values.get(name) or {}
             names = {f.name for f in fields(section_cls)}
             sections[name] = section_cls(**{k: v for k, v in given.items() if k in names})
-        return cls(algo=str(values.get("algo", "impala")), **sections)
+        common = {name: sections.pop(name) for name in COMMON_SECTIONS}
+        algo = str(values.get("algo", DEFAULT_ALGORITHM))
+        return cls(algo=algo, **common, sections=tuple(sections.items()))

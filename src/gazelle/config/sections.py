@@ -1,11 +1,12 @@
 """The sections of a run's configuration: typed, frozen, one docstring per field.
 
-A `Config` holds one section per concern (env, model, actors, run) and one per algorithm
-(`impala`; `algo` names the one that runs). Every field is one flag of `gazelle train`,
-named after the field (`--batch-size` for `batch_size`) unless its metadata names the flag
-(`EnvConfig.id` is `--env`, `ModelConfig.torso` is `--model`). Flag names are unique across
-the common sections; algorithm sections may share names (`--learning-rate` sets the
-learning rate of the algorithm that runs).
+A `Config` holds one section per concern (env, model, actors, run), here, and one per
+algorithm, declared in the algorithm's folder (`gazelle.algorithms.impala.settings`) and
+found through `gazelle.config.registry` (`algo` names the one that runs). Every field is
+one flag of `gazelle train`, named after the field (`--batch-size` for `batch_size`) unless
+its metadata names the flag (`EnvConfig.id` is `--env`, `ModelConfig.torso` is `--model`).
+Flag names are unique across the common sections; algorithm sections may share names
+(`--learning-rate` sets the learning rate of the algorithm that runs).
 
 Fields left `None` are filled by `gazelle.config.resolve` from the env family's preset.
 """
@@ -205,149 +206,10 @@ class RunConfig:
     else online)."""
 
 
-@dataclass(frozen=True)
-class ImpalaConfig:
-    """IMPALA's learner: V-trace actor-critic (the IMPALA seed's `build_learner`)."""
-
-    preset: str = "gazelle"
-    """Where unset values come from: gazelle (defaults measured to learn fast, see
-    docs/results.md) or impala-paper (the IMPALA paper's Atari learner settings and the
-    seed's DMLab flags: optimiser, lr, epsilon, entropy, batch, unroll, LSTM; not its actors,
-    torso (auto: shallow on a CPU) or frame budget, see docs/usage.md)."""
-    batch_size: int | None = None
-    """Unrolls per learner batch (seed: 2 on DMLab)."""
-    unroll_length: int | None = None
-    """Agent steps per unroll, T (seed: 100)."""
-    learning_rate: float | None = None
-    """Initial learning rate, decayed linearly to 0 over total_frames (seed: 0.00048)."""
-    optimizer: str | None = None
-    """rmsprop_tf: TensorFlow's RMSProp as in the seed (eps inside the sqrt); rmsprop:
-    torch's; adam: torch's Adam."""
-    decay: float = 0.99
-    """RMSProp decay (seed: 0.99)."""
-    momentum: float = 0.0
-    """RMSProp momentum (seed: 0)."""
-    epsilon: float | None = None
-    """Optimiser epsilon (seed: 0.1 with rmsprop_tf)."""
-    entropy_cost: float | None = None
-    """Weight of the entropy term (seed: 0.00025)."""
-    baseline_cost: float = 0.5
-    """Weight of the baseline loss (seed: 0.5)."""
-    discounting: float = 0.99
-    """Discount factor gamma (seed: 0.99)."""
-    reward_clipping: str | None = None
-    """abs_one | soft_asymmetric | none (seed: abs_one); unset: the preset's (abs_one, the
-    seed's; ViZDoom: none, with --popart)."""
-    reward_scale: float = 1.0
-    """Multiply the rewards by this before clipping them (the seed: 1); for rewards paid
-    every step, whose returns are tens or hundreds (ViZDoom's scenarios)."""
-    grad_norm_clip: float | None = 40.0
-    """Clip the global gradient norm; None for no clipping (the seed does not clip)."""
-    max_policy_lag: int | None = None
-    """Drop unrolls whose policy is older than this many learner updates; None keeps all."""
-    vtrace_lambda: float | None = None
-    """V-trace's lambda (c_t = lambda * min(1, rho_t), the paper's Remark 2): 1 is the seed's;
-    lower trades the targets' variance for bias; unset: the preset's."""
-    normalize_advantages: bool | None = None
-    """Scale the policy term's advantages to mean 0, std 1 over each batch (APPO: each
-    minibatch; PPO's practice), so the entropy weight means the same whatever the reward
-    scale; unset: the preset's (IMPALA: the seed's unscaled V-trace advantages)."""
-    popart: bool | None = None
-    """PopArt (Hessel et al. 2019): the value head learns the returns in units of their
-    running standard deviation and the advantages are divided by it, for rewards whose
-    returns are far from 1 (tens or hundreds: ViZDoom's per-step rewards); unset: the
-    preset's (on for ViZDoom, with unclipped rewards; off elsewhere: the seed's)."""
-    popart_rate: float = 0.01
-    """PopArt's step size: the returns' mean and mean square move this far towards each
-    batch's V-trace targets per update (after the first updates, which average the batches
-    plainly; docs/algorithms.md)."""
-
-
-@dataclass(frozen=True)
-class AppoConfig(ImpalaConfig):
-    """APPO: IMPALA's actors and V-trace targets, with PPO's clipped surrogate and several
-    passes over each batch (`epochs` x `minibatches` optimiser steps per batch)."""
-
-    epochs: int | None = None
-    """Passes over each batch; unset: the preset's."""
-    minibatches: int | None = None
-    """Optimiser steps per pass, each on a disjoint share of the batch's unrolls (divides
-    --batch-size); unset: the preset's."""
-    clip_ratio: float | None = None
-    """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
-    [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
-
-
-@dataclass(frozen=True)
-class A3CConfig:
-    """A3C (the universe-starter-agent seed): asynchronous workers, each with a runner thread
-    filling a queue of partial rollouts, GAE, and a shared Adam on the global network.
-
-    Four fields set where gazelle's A3C may differ from the seed's agent (docs/algorithms.md):
-    `last_action_reward`, `--init` (the model section's), `advantage_values` and
-    `end_rollout_at_episode_end`; `--preset universe-starter` sets all four the seed's way."""
-
-    preset: str = "gazelle"
-    """Where unset values come from: gazelle (gazelle's A3C agent, chosen point by point on
-    Pong; docs/algorithms.md says where it differs from the seed) or
-    universe-starter (the universe-starter-agent's agent: the LSTM fed by the conv features
-    alone, its initialisation, advantages from acting-time values, rollouts that end at an
-    episode's end, Adam 1e-4 constant, clip 40)."""
-    unroll_length: int = 20
-    """Steps per partial rollout (the seed's num_local_steps: 20)."""
-    learning_rate: float | None = None
-    """Adam's learning rate; unset: the env family's preset (Atari: 2e-4, the seed's 1e-4
-    with --preset universe-starter)."""
-    learning_rate_decay: bool | None = None
-    """Decay the learning rate linearly to 0 over total_frames (the A3C paper) instead of
-    keeping it constant (the starter agent); unset: the env family's preset."""
-    epsilon: float = 1e-8
-    """Adam's epsilon (TensorFlow's default, as in the seed)."""
-    discounting: float = 0.99
-    """Discount factor gamma (seed: 0.99)."""
-    gae_lambda: float = 1.0
-    """GAE's lambda (seed: 1.0)."""
-    entropy_cost: float = 0.01
-    """Weight of the entropy bonus (seed: 0.01)."""
-    baseline_cost: float = 0.5
-    """Weight of the value loss (seed: 0.5)."""
-    grad_norm_clip: float | None = None
-    """Clip each worker's gradient to this global norm; inf: no clipping; unset: the env
-    family's preset (Atari: 15, the seed's 40 with --preset universe-starter; DMLab and
-    images: 40; vector tasks: none)."""
-    reward_clipping: str = "none"
-    """abs_one | soft_asymmetric | none (seed: none)."""
-    reward_scale: float = 1.0
-    """Multiply the rewards by this before clipping them (the seed: 1), as IMPALA's
-    --reward-scale."""
-    queue_size: int = 5
-    """Partial rollouts the runner thread may queue ahead of the trainer (seed: 5)."""
-    last_action_reward: bool | None = None
-    """Feed the LSTM the clipped last reward and the one-hot last action besides the torso's
-    features (the IMPALA agent's inputs); off: the features alone, as the seed's LSTM;
-    unset: the preset's (gazelle: on; universe-starter: off)."""
-    advantage_values: str | None = None
-    """Values that the returns and advantages are computed from: acting (the values and the
-    bootstrap V(x_T) the runner computed when it acted, the seed's rollout.values and
-    rollout.r) or synced (recomputed by the local network just synced with the global one);
-    unset: the preset's (gazelle: synced; universe-starter: acting)."""
-    end_rollout_at_episode_end: bool | None = None
-    """End a partial rollout at the step that ends an episode (of any of the worker's envs),
-    as the seed's runner does; off: always --unroll-length steps, across episode ends (masked
-    by done); unset: the preset's (universe-starter: on; gazelle: on, off on vector tasks,
-    whose 4 envs per worker would cut rollouts at every short episode)."""
-
-
 #: The common sections of `Config`, by attribute name.
 COMMON_SECTIONS: dict[str, type] = {
     "env": EnvConfig,
     "model": ModelConfig,
     "actors": ActorConfig,
     "run": RunConfig,
-}
-#: One section per algorithm, by `--algo` name.
-ALGORITHM_SECTIONS: dict[str, type] = {
-    "impala": ImpalaConfig,
-    "a3c": A3CConfig,
-    "appo": AppoConfig,
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gazelle import registrations
+from gazelle.config import registry
 from gazelle.config.core import Config
 from gazelle.config.errors import ConfigError
 
@@ -14,19 +15,18 @@ REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 PRECISION_CHOICES = ("fp32", "bf16")
 INFERENCE_CHOICES = ("auto", "local", "central")
 OPTIMIZER_CHOICES = ("rmsprop_tf", "rmsprop", "adam")
-BACKEND_CHOICES = ("local", "ray")
 INIT_CHOICES = ("seed", "universe", "torch")
 ACTIVATION_CHOICES = ("relu", "elu")
 #: The torsos that take `--activation`, and theirs when it is unset
 #: (`gazelle.models.torsos.WITH_ACTIVATION`).
 TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
-ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
 LOG_STD_CHOICES = ("parameter", "state")
 ACTION_BOUNDS_CHOICES = ("clip", "tanh")
 
 
 class _Checks:
-    """The checks, reading values by flat name from one config."""
+    """The checks, reading values by flat name from one config (an algorithm's `validate`
+    is handed one: `Checks`)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -79,15 +79,10 @@ def validate(config: Config) -> Config:
         )
     check.choice("precision", PRECISION_CHOICES)
     check.choice("inference", INFERENCE_CHOICES)
-    check.choice("backend", BACKEND_CHOICES)
+    check.choice("backend", registry.backend_names())
     check.positive("slots_per_env", allow_none=True)
     check.positive("ray_actor_cpus", integer=False)
-    actors = config.actors
-    if actors.backend != "ray" and (actors.ray_address is not None or actors.ray_dashboard):
-        flag = "ray_address" if actors.ray_address is not None else "ray_dashboard"
-        raise ConfigError(
-            flag, getattr(actors, flag), "only with --backend ray (now: " + actors.backend + ")"
-        )
+    _validate_backend_flags(config)
     for name in ("num_actors", "num_action_repeats", "envs_per_actor", "learner_threads"):
         check.positive(name, allow_none=True)
     check.positive("total_frames", allow_none=True)
@@ -117,13 +112,27 @@ def validate(config: Config) -> Config:
         raise ConfigError(
             "raw_obs", True, "off with --atari-frames (that is Atari's preprocessing; raw is none)"
         )
-    if config.algo in ("impala", "appo"):
-        _validate_impala(check)
-    if config.algo == "appo":
-        _validate_appo(config, check)
-    elif config.algo == "a3c":
-        _validate_a3c(check)
+    algorithm = registry.algorithm(config.algo)
+    if algorithm.presets:
+        check.choice("preset", tuple(algorithm.presets))
+    if algorithm.validate is not None:
+        algorithm.validate(check)
     return config
+
+
+def _validate_backend_flags(config: Config) -> None:
+    """A flag that only another backend reads (`Backend.own_flags`), set on this one, is
+    refused: it would silently do nothing."""
+    actors, defaults = config.actors, type(config.actors)()
+    for other in registry.backends():
+        if other.name == actors.backend:
+            continue
+        for flag in other.own_flags:
+            value = getattr(actors, flag)
+            if value != getattr(defaults, flag):
+                raise ConfigError(
+                    flag, value, f"only with --backend {other.name} (now: {actors.backend})"
+                )
 
 
 def _validate_torso(torso: Any) -> None:
@@ -136,50 +145,5 @@ def _validate_torso(torso: Any) -> None:
     raise ConfigError("model", torso, " | ".join(allowed))
 
 
-def _validate_a3c(check: _Checks) -> None:
-    from gazelle.config.presets import A3C_PRESET_NAMES
-
-    check.choice("preset", A3C_PRESET_NAMES)
-    check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
-    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
-    check.positive("reward_scale", integer=False)
-    for name in ("unroll_length", "queue_size"):
-        check.positive(name)
-    for name in ("learning_rate", "grad_norm_clip"):
-        check.positive(name, integer=False, allow_none=True)
-    check.positive("epsilon", integer=False)
-    for name in ("discounting", "gae_lambda"):
-        check.in_range(name, 0.0, 1.0)
-    for name in ("baseline_cost", "entropy_cost"):
-        check.in_range(name, 0.0, 1e6)
-
-
-def _validate_appo(config: Any, check: _Checks) -> None:
-    for name in ("epochs", "minibatches"):
-        check.positive(name, allow_none=True)
-    check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
-    batch, parts = config.appo.batch_size, config.appo.minibatches
-    if batch is not None and parts is not None and batch % parts:
-        raise ConfigError(
-            "minibatches", parts, f"a divisor of --batch-size ({batch} unrolls per batch)"
-        )
-
-
-def _validate_impala(check: _Checks) -> None:
-    from gazelle.config.presets import PRESET_NAMES
-
-    check.choice("preset", PRESET_NAMES)
-    check.choice("reward_clipping", REWARD_CLIPPING_CHOICES, allow_none=True)
-    check.choice("optimizer", OPTIMIZER_CHOICES, allow_none=True)
-    for name in ("batch_size", "unroll_length", "max_policy_lag"):
-        check.positive(name, allow_none=True)
-    for name in ("learning_rate", "epsilon", "grad_norm_clip"):
-        check.positive(name, integer=False, allow_none=True)
-    for name in ("decay", "momentum", "discounting"):
-        check.in_range(name, 0.0, 1.0)
-    check.in_range("baseline_cost", 0.0, 1e6)
-    check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)
-    check.in_range("vtrace_lambda", 0.0, 1.0, allow_none=True)
-    check.positive("reward_scale", integer=False)
-    check.positive("popart_rate", integer=False)
-    check.in_range("popart_rate", 0.0, 1.0)
+#: The checks an algorithm's `validate(check)` is handed (`gazelle.config.registry`).
+Checks = _Checks

@@ -3,14 +3,18 @@
 One call expands the spec into its levels, resolves each distinct level once, makes one env
 of each (to read its observations and actions) and reads the first level's Atari protocol.
 Everything that configures a run from its env (the algorithms' `prepare`, the presets, the
-layout rule) reads the `EnvProbe` and parses the spec no more.
+layout rule, `gazelle bench`'s parts) reads the `EnvProbe` and parses the spec no more: it
+makes more envs of a level with `EnvProbe.make`, and hands the actors each level's
+`Resolved` target (`ActorSpec.env_target`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+import gymnasium
 
 from gazelle.envs import registry
 from gazelle.envs.registry import AtariProtocol, Resolved
@@ -30,6 +34,8 @@ class EnvProbe:
         atari_frames: the Atari preprocessing `obs_spec` was made with (None unless Atari).
         full_action_space: whether the levels were made with their family's full action
             set (asked for, or chosen because their own action sets differ).
+        targets: what each distinct level resolved to (`registry.Resolved`), by level.
+        make_kwargs: `make`'s keyword arguments the levels were made with.
     """
 
     levels: list[str]
@@ -39,6 +45,21 @@ class EnvProbe:
     protocol: AtariProtocol | None = None
     atari_frames: str | None = None
     full_action_space: bool = False
+    targets: Mapping[str, Resolved] = field(default_factory=dict)
+    make_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def target(self, level: str) -> Resolved:
+        """What `level` (one of `levels`) resolved to (resolved now if the probe did not)."""
+        found = self.targets.get(level)
+        return found if found is not None else resolved(level)
+
+    def make(self, level: str, seed: int | None = None, **overrides: Any) -> gymnasium.Env:
+        """An env of `level` as the probe made it (`make_kwargs`, then `overrides`),
+        without resolving the level again."""
+        kwargs = {**self.make_kwargs, **overrides}
+        if not kwargs.get("full_action_space"):
+            kwargs.pop("full_action_space", None)  # why: the other families refuse the key
+        return registry.make_resolved(self.target(level), level, seed=seed, **kwargs)
 
     @property
     def env_defaults(self) -> dict[str, Any]:
@@ -50,6 +71,25 @@ class EnvProbe:
             "sticky_actions": self.protocol.sticky_actions,
             "life_loss": self.protocol.life_loss,
         }
+
+
+#: Each level this process resolved, by spec: `resolved` answers again from here while the id
+#: is still registered. Why: `--algo` left unset is chosen from the levels' kinds (`kinds`,
+#: `gazelle.config.presets.default_algo`) before the run's config, and so its probe, exist.
+_RESOLVED: dict[str, Resolved] = {}
+
+
+def resolved(level: str) -> Resolved:
+    """`registry.resolve(level)`, once per process while its id stays registered."""
+    found = _RESOLVED.get(level)
+    if found is None or (found.kind != "dmlab" and found.name not in gymnasium.registry):
+        found = _RESOLVED[level] = registry.resolve(level)
+    return found
+
+
+def kinds(spec: str) -> set[str]:
+    """The kinds of the levels of env spec `spec` (see `Resolved`), resolving each once."""
+    return {resolved(level).kind for level in registry.expand_levels(spec)}
 
 
 #: Kinds with a full action set that every level can be made with (`full_action_space`).
@@ -86,34 +126,47 @@ def probe(
         ValueError, KeyError, ImportError: a level gazelle cannot make.
     """
     levels = registry.expand_levels(spec, test_mode=False)
-    first = registry.resolve(levels[0])
+    first = resolved(levels[0])
     if check is not None:
         check(levels)
+    targets = {levels[0]: first}
     protocol = None
     if first.kind == "atari":
         protocol = registry.protocol_of(first, levels[0])
         make_kwargs = {"preset": atari_frames, **make_kwargs}
     full = make_kwargs.pop("full_action_space", None)
     try:
-        found = _same_levels(first, levels, {**make_kwargs, "full_action_space": bool(full)})
+        found = _same_levels(targets, levels, {**make_kwargs, "full_action_space": bool(full)})
     except LevelsDiffer as err:
         if full is not None or first.kind not in FULL_ACTION_KINDS or err.what != "actions":
             raise
         full = True
-        found = _same_levels(first, levels, {**make_kwargs, "full_action_space": True})
+        found = _same_levels(targets, levels, {**make_kwargs, "full_action_space": True})
     repeats = make_kwargs.get("num_action_repeats") or registry.repeats_for_kind(first.kind)
     frames = make_kwargs["preset"] if first.kind == "atari" else None
-    return EnvProbe(levels, found, repeats, first.kind, protocol, frames, bool(full))
+    for level in levels:  # why: DMLab's other levels (not made) are resolved here, cheaply
+        if level not in targets:
+            targets[level] = resolved(level)
+    return EnvProbe(
+        levels, found, repeats, first.kind, protocol, frames, bool(full), targets,
+        {**make_kwargs, "full_action_space": bool(full)},
+    )  # fmt: skip
 
 
-def _same_levels(first: Resolved, levels: list[str], make_kwargs: dict[str, Any]) -> ObsSpec:
-    """The obs spec every distinct level shares (LevelsDiffer otherwise)."""
+def _same_levels(
+    targets: dict[str, Resolved], levels: list[str], make_kwargs: dict[str, Any]
+) -> ObsSpec:
+    """The obs spec every distinct level shares (LevelsDiffer otherwise); each level's
+    resolved target is added to `targets`."""
     if not make_kwargs["full_action_space"]:
         make_kwargs = {k: v for k, v in make_kwargs.items() if k != "full_action_space"}
+    first = targets[levels[0]]
     found, actions = _level_spec(first, levels[0], make_kwargs)
     # why: DMLab levels share one observation config by construction (and load slowly).
     for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
-        other, other_actions = _level_spec(registry.resolve(level), level, make_kwargs)
+        if level not in targets:
+            targets[level] = resolved(level)
+        other, other_actions = _level_spec(targets[level], level, make_kwargs)
         if other.fields != found.fields:
             raise LevelsDiffer(
                 f"levels with the same observations; {levels[0]} has {_describe(found)}, "

@@ -42,10 +42,13 @@ _ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 @dataclass(frozen=True)
 class Resolved:
     """What a single spec names: `kind` is atari, minigrid, vizdoom, dmlab or gym; `name`
-    the id, ROM or level."""
+    the id, ROM or level; `module` the module imported to register the id (a
+    `module:EnvId` or `module/EnvId` spec), which `make_resolved` imports again in a process
+    that has not (an actor's)."""
 
     kind: str
     name: str
+    module: str | None = None
 
 
 def _register_known() -> None:
@@ -80,14 +83,15 @@ def resolve(spec: str) -> Resolved:
             raise ValueError("empty DMLab level name in 'dmlab:'")
         return Resolved("dmlab", level)
     _register_known()
-    env_id = spec
+    env_id, imported = spec, None
     if ":" in env_id:
-        module, env_id = env_id.split(":", 1)
-        _import_module(module, spec)
+        imported, env_id = env_id.split(":", 1)
+        _import_module(imported, spec)
     if env_id not in gymnasium.registry and "/" in env_id:
         namespace, rest = env_id.split("/", 1)
         if importlib.util.find_spec(namespace) is not None:
             _import_module(namespace, spec)
+            imported = imported or namespace
             if env_id not in gymnasium.registry and rest in gymnasium.registry:
                 env_id = rest
     if env_id not in gymnasium.registry and f"ALE/{env_id}-v5" in gymnasium.registry:
@@ -107,12 +111,12 @@ def resolve(spec: str) -> Resolved:
         )
     entry = gymnasium.spec(env_id).entry_point
     if entry == _ALE_ENTRY_POINT:
-        return Resolved("atari", env_id)
+        return Resolved("atari", env_id, imported)
     if isinstance(entry, str) and entry.startswith("minigrid."):
-        return Resolved("minigrid", env_id)
+        return Resolved("minigrid", env_id, imported)
     if entry == vizdoom.ENTRY_POINT:
-        return Resolved("vizdoom", env_id)
-    return Resolved("gym", env_id)
+        return Resolved("vizdoom", env_id, imported)
+    return Resolved("gym", env_id, imported)
 
 
 def make(
@@ -172,7 +176,16 @@ def make_resolved(
     render_mode: str | None = None,
     **kwargs: Any,
 ) -> gymnasium.Env:
-    """`make(spec)` for a spec already resolved to `target` (not resolved again)."""
+    """`make(spec)` for a spec already resolved to `target` (not resolved again: its ids are
+    registered, cheaply after the first time, as `resolve` found them)."""
+    if target.kind != "dmlab":
+        # why: in a process that never resolved the spec (an actor's), Gymnasium's registry
+        # lacks the ids that `resolve` registers or imports.
+        _register_known()
+        if target.module is not None:
+            _import_module(target.module, spec)
+        if target.kind == "vizdoom":
+            vizdoom.register_ids()
     repeats = num_action_repeats or repeats_for_kind(target.kind)
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from gazelle.models.instruction import InstructionEncoder
-from gazelle.models.torsos import TORSOS, MLPTorso, Torso, make_torso
+from gazelle.models.torso_factory import make_torso
+from gazelle.models.torsos import TORSOS, MLPTorso, Torso
 from gazelle.types import DISCRETE, FRAME, IMAGE, TEXT, VECTOR, ObsField, ObsSpec
 
 #: Embedding size of each component of a discrete field.
@@ -99,7 +100,7 @@ def make_encoder(
     subtract_background: bool = False,
 ) -> nn.Module:
     """The encoder of one field (see the module docstring); it has an int `output_size`.
-    `activation` goes to the image torso (`gazelle.models.torsos.make_torso`);
+    `activation` goes to the image torso (`gazelle.models.torso_factory.make_torso`);
     `subtract_background` puts each image's background at 0 (`Torso.subtract_background`).
 
     Raises:

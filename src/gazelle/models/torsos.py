@@ -69,7 +69,7 @@ from torch import nn
 from gazelle.models.padding import SameConv2d, max_pool_same, same_padding
 
 __all__ = [
-    "ACTIVATIONS", "TORSOS", "WITH_ACTIVATION", "SameConv2d", "Torso", "make_torso",
+    "ACTIVATIONS", "TORSOS", "WITH_ACTIVATION", "SameConv2d", "Torso",
     "max_pool_same", "same_padding",
 ]  # fmt: skip
 
@@ -322,30 +322,3 @@ def check_frames(name: str, cls: type[Torso], frame_shape: tuple[int, ...]) -> N
 
 #: The torsos that take an `activation`, and theirs when none is given.
 WITH_ACTIVATION = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
-
-
-def make_torso(name: str, frame_shape: tuple[int, ...], activation: str | None = None) -> Torso:
-    """Builds torso `name` for frames of `frame_shape`, checking the two fit together.
-
-    `name` is a built-in torso (`TORSOS`), one registered with `gazelle.register_torso`, or
-    a `module:attr` factory path (`gazelle.models.custom`). `activation` (`ACTIVATIONS`) is
-    for the torsos of `WITH_ACTIVATION`; None: the torso's own.
-
-    Raises:
-        ValueError: an unknown name, an image torso for vector frames (or the reverse), or
-            an activation for a torso that takes none.
-    """
-    if activation is not None and name not in WITH_ACTIVATION:
-        raise ValueError(
-            f"activation {activation!r}: torso {name!r} has its own; only"
-            f" {' | '.join(WITH_ACTIVATION)} take one"
-        )
-    if name not in TORSOS:
-        from gazelle.models import custom  # why: custom imports this module
-
-        return custom.build(name, tuple(frame_shape))
-    cls = TORSOS[name]
-    check_frames(name, cls, tuple(frame_shape))
-    if activation is None:
-        return cls(tuple(frame_shape))
-    return cls(tuple(frame_shape), activation=activation)  # type: ignore[call-arg]

@@ -17,7 +17,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from gazelle.models import Agent, build_agent
 from gazelle.runtime.interfaces import UnrollWriter
 from gazelle.runtime.policy import Policy
 from gazelle.types import TEXT, ObsSpec
+
+if TYPE_CHECKING:
+    from gazelle.envs.registry import Resolved
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class ActorSpec:
     agent_options: dict[str, Any] = field(default_factory=dict)
     #: How Gaussian actions reach a Box's bounds (`gazelle.actions`): clip | tanh.
     action_bounds: str = "clip"
+    #: What `level` resolved to when the run probed its env (`EnvProbe.target`), so the
+    #: actor makes its envs without resolving the spec again; None: resolve it here.
+    env_target: Resolved | None = None
 
     @property
     def value_level(self) -> int | None:
@@ -78,9 +84,13 @@ def actor_agent(spec: ActorSpec) -> Agent:
 def make_env_batch(spec: ActorSpec) -> Any:
     from gazelle.envs import make
     from gazelle.envs.batch import SerialEnvs
+    from gazelle.envs.registry import make_resolved
 
+    maker: Callable[..., Any] = make
+    if spec.env_target is not None:
+        maker = functools.partial(make_resolved, spec.env_target)
     fns = [
-        functools.partial(make, spec.level, seed=spec.seed + j, **spec.env_kwargs)
+        functools.partial(maker, spec.level, seed=spec.seed + j, **spec.env_kwargs)
         for j in range(spec.envs_per_actor)
     ]
     return SerialEnvs(fns, action_bounds=spec.action_bounds)

@@ -7,9 +7,8 @@ gives the actors their share of the cores from these costs at start-up
 (`gazelle.algorithms.layout`), and `gazelle bench`, which compares a real run with the
 limit they set (`gazelle.bench.parts`).
 
-`inference_rate` and `learner_rate` take a run as their caller has it: anything with
-`config.model` (`torso`, `use_lstm`), `obs_spec`, `agent`, `learner` (a `Learner`),
-`device`, `unroll_length` and `batch_size`.
+`inference_rate` builds its own agent from a config's model section; `learner_rate` steps
+the `Learner` it is handed (the algorithm builds it: the layout rule knows no learner).
 """
 
 from __future__ import annotations
@@ -78,11 +77,10 @@ def best_rates(
     return rates
 
 
-def env_rate(level: str, env_kwargs: dict[str, Any], seconds: float) -> float:
-    """Agent steps per core-second, random actions."""
-    from gazelle.envs import make
-
-    env = make(level, seed=0, **env_kwargs)
+def env_rate(make_env: Callable[[], Any], seconds: float) -> float:
+    """Agent steps per core-second, random actions, of the env `make_env()` makes (the run's
+    `EnvProbe.make`, so the level is not resolved again)."""
+    env = make_env()
     env.reset(seed=0)
     env.action_space.seed(0)
     # why: drawn before the clock starts, so the rate is the env's alone.
@@ -108,15 +106,16 @@ def fake_obs(spec: Any, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
     return random_obs(spec, shape)
 
 
-def inference_rate(run: Any, batch: int, seconds: float) -> float:
-    """`Agent.act` samples per core-second at `batch` envs."""
+def inference_rate(config: Any, obs_spec: Any, batch: int, seconds: float) -> float:
+    """`Agent.act` samples per core-second at `batch` envs, on an agent of `config`'s model
+    section (a `gazelle.config.Config`) for observations `obs_spec`."""
     from gazelle.models import build_agent
 
-    model = run.config.model
-    agent = build_agent(run.obs_spec, model.torso, model.use_lstm, **model.agent_options()).eval()
-    obs = fake_obs(run.obs_spec, (batch,))
+    model = config.model
+    agent = build_agent(obs_spec, model.torso, model.use_lstm, **model.agent_options()).eval()
+    obs = fake_obs(obs_spec, (batch,))
     state = agent.initial_state(batch)
-    action = torch.from_numpy(run.obs_spec.actions.zeros(batch))
+    action = torch.from_numpy(obs_spec.actions.zeros(batch))
     reward, done = torch.zeros(batch), torch.zeros(batch, dtype=torch.bool)
 
     def call() -> int:
@@ -126,10 +125,13 @@ def inference_rate(run: Any, batch: int, seconds: float) -> float:
     return per_core_rate(call, seconds)
 
 
-def learner_rate(run: Any, seconds: float) -> float:
-    """Learner samples (agent steps) per core-second on a batch of the run's shape."""
-    t, b = run.unroll_length, run.batch_size
-    spec = run.obs_spec
+def learner_rate(
+    learner: Any, obs_spec: Any, unroll_length: int, batch_size: int, seconds: float
+) -> float:
+    """Learner samples (agent steps) per core-second of `learner` (a `Learner`) on a batch
+    of `[unroll_length + 1, batch_size]` steps of `obs_spec`."""
+    t, b = unroll_length, batch_size
+    spec = obs_spec
     batch: dict[str, torch.Tensor] = {
         **fake_obs(spec, (t + 1, b)),
         "action": random_actions(spec.actions, (t + 1, b)),
@@ -139,12 +141,13 @@ def learner_rate(run: Any, seconds: float) -> float:
         "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
         "truncation_value": torch.zeros(t + 1, b),
     }
-    if run.config.model.use_lstm:
-        batch["state_h"], batch["state_c"] = run.agent.initial_state(b)
-    batch = {k: v.to(run.device) for k, v in batch.items()}
+    state = learner.agent.initial_state(b)
+    if state:  # why: () without an LSTM core
+        batch["state_h"], batch["state_c"] = state
+    batch = {k: v.to(learner.device) for k, v in batch.items()}
 
     def call() -> int:
-        run.learner.step(batch, 1e-6)
+        learner.step(batch, 1e-6)
         return t * b
 
     return per_core_rate(call, seconds)

@@ -16,6 +16,9 @@ from collections.abc import Callable
 
 from gazelle.errors import RunError
 
+#: Seed offset per restart, so a restarted process does not replay the same episodes.
+RESTART_SEED_STRIDE = 100_003
+
 #: Defaults: 10 replacements of one actor within 10 minutes stop the run.
 MAX_RESTARTS = 10
 WINDOW_S = 600.0

@@ -1,20 +1,23 @@
-"""A3C: the global network and its Adam (one machine: `SharedAdamServer`, Hogwild; Ray: a
-parameter-server actor), the workers (local processes supervised by a `TaskFleet`, or Ray
-actors: `gazelle.backends.ray.a3c`), and the main process's loop,
-which only watches: it logs the workers' episodes and update summaries, counts frames,
-writes checkpoints and replaces dead or hung workers. The same logs, checkpoints, resume and
-test mode as IMPALA (`gazelle.algorithms.runstate`, `telemetry`)."""
+"""A3C: the global network and its shared Adam (`shared_adam.SharedAdamServer`, Hogwild),
+handed with the workers' work (`worker.run_worker`) to the backend `--backend` names
+(`gazelle.backends.build_workers`: local processes and the store in shared memory, or Ray
+actors and the store in a parameter-server actor), and the main process's loop, which only
+watches: it logs the workers' episodes and update summaries, counts frames, writes
+checkpoints and replaces dead or hung workers. The same logs, checkpoints, resume and test
+mode as IMPALA (`gazelle.algorithms.runstate`, `telemetry`)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
+from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
 from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker, trainer_settings
 from gazelle.algorithms.common import env_kwargs, prepare
 from gazelle.algorithms.preflight import check_wandb
@@ -35,8 +38,7 @@ from gazelle.algorithms.stops import (
     warn_on_error,
 )
 from gazelle.algorithms.telemetry import Telemetry
-from gazelle.backends.local.hogwild import SharedAdamServer
-from gazelle.backends.local.process import TaskFleet
+from gazelle.backends import WorkerRequest, build_workers
 from gazelle.config import Config, ConfigError
 from gazelle.logging import RunLogger, Timings
 from gazelle.models import Agent, build_agent
@@ -84,6 +86,7 @@ def worker_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             last_action_reward=bool(config.a3c.last_action_reward),
             agent_options=config.model.agent_options(),
             action_bounds=config.model.action_bounds,
+            env_target=found.target(found.levels[i % len(found.levels)]),
         )
         for i in range(actors.num_actors)
     ]
@@ -270,22 +273,26 @@ def _workers(
     settings: TrainerSettings,
     schedule: LinearDecay | None,
 ) -> tuple[ParameterServer, Fleet]:
-    """The parameter server and the (not yet started) workers on `--backend`: local (shared
-    Adam, Hogwild, worker processes) or ray (a parameter-server actor, Ray actors). Either
-    backend is handed the work its workers run: `run_worker(spec, context, server,
-    settings)`."""
+    """The parameter store and the (not yet started) workers on `--backend`: each backend is
+    handed the work its workers run (`run_worker(spec, context, server, settings)`) and the
+    store they push to (the shared Adam over the global network), and keeps the store where
+    its workers reach it (`gazelle.backends.WorkerRequest`)."""
     a3c, actors = config.a3c, config.actors
     assert a3c.learning_rate is not None
-    if actors.backend == "ray":
-        from gazelle.backends.ray.a3c import build_workers
-
-        return build_workers(
-            run_worker, agent, specs, settings, a3c.learning_rate, a3c.epsilon, schedule,
-            actors.ray_address, actors.ray_actor_cpus, actors.actor_timeout_s,
-            actors.ray_dashboard,
-        )  # fmt: skip
-    server = SharedAdamServer(
-        agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, schedule=schedule
+    make_server = functools.partial(
+        SharedAdamServer, num_workers=len(specs), lr=a3c.learning_rate, eps=a3c.epsilon,
+        schedule=schedule,
+    )  # fmt: skip
+    request = WorkerRequest(
+        work=run_worker,
+        specs=specs,
+        settings=settings,
+        agent=agent,
+        make_server=make_server,
+        actor_timeout_s=actors.actor_timeout_s,
+        cluster_address=actors.ray_address,
+        cpus_per_actor=actors.ray_actor_cpus,
+        dashboard=actors.ray_dashboard,
     )
-    fleet = TaskFleet(specs, run_worker, (server, settings), actor_timeout_s=actors.actor_timeout_s)
-    return server, fleet
+    workers = build_workers(actors.backend, request)
+    return workers.server, workers.fleet

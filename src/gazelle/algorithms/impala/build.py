@@ -14,6 +14,7 @@ import torch
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.algorithms.impala.popart import PopArtLoss
+from gazelle.algorithms.impala.settings import ImpalaConfig
 from gazelle.backends import BackendRequest, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
@@ -136,6 +137,29 @@ def make_learner(
     )  # fmt: skip
 
 
+def learner_rate(config: Config, found: EnvProbe, device: torch.device) -> Callable[[float], float]:
+    """The layout's learner cost (`gazelle.algorithms.layout`): a measurement `seconds ->
+    agent steps learned per core-second` on a fresh agent and learner of a resolved config
+    (`gazelle.runtime.part_costs.learner_rate`), each step counted once per pass over it
+    (APPO's `epochs`). Call it inside `torch.random.fork_rng` to leave the run's RNG as it
+    was: the agent's initial weights draw from it."""
+    from gazelle.runtime import part_costs
+
+    model = config.model
+    assert model.init is not None  # resolved from the preset
+    agent = build_agent(
+        found.obs_spec, model.torso, bool(model.use_lstm), model.init, **model.agent_options()
+    ).to(device)
+    learner = make_learner(config, agent, device)
+    section = config.algorithm
+    shape = int(section.unroll_length or 1), int(section.batch_size or 1)
+    # why: APPO trains on each sample `epochs` times (its minibatches split the same work).
+    epochs = int(getattr(section, "epochs", None) or 1)
+    return lambda seconds: (
+        part_costs.learner_rate(learner, found.obs_spec, *shape, seconds) / epochs
+    )
+
+
 def value_levels(config: Config, levels: int) -> int:
     """The agent's value outputs: one per level with `--popart` (the PopArt paper's multi-task
     agent: each level's returns keep their own mu and sigma), else one."""
@@ -172,6 +196,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             num_levels=value_levels(config, len(levels)),
             agent_options=config.model.agent_options(),
             action_bounds=config.model.action_bounds,
+            env_target=found.target(levels[i % len(levels)]),
         )
         for i in range(actors.num_actors)
     ]
@@ -185,7 +210,7 @@ def build(
     `loss_fn` replaces the V-trace loss (the algorithm seam: any `(agent, batch) -> (loss,
     metrics)` trains through the same actors, batches, optimiser, logs and checkpoints);
     `make_loss` makes it from the resolved config (APPO's clipped surrogate)."""
-    if config.algo not in ("impala", "appo"):
+    if not isinstance(config.algorithm, ImpalaConfig):  # why: APPO's section is one too
         raise ConfigError("algo", config.algo, "impala | appo (this is IMPALA's builder)")
     config, found, device = prepare(config)
     assert config.algorithm.batch_size and config.actors.envs_per_actor

@@ -89,8 +89,8 @@ def describe(run: ImpalaRun) -> str:
         atari = f" sticky_actions={env.sticky_actions} life_loss={env.life_loss}"
     epochs, minibatches = run.passes
     appo = ""
-    if cfg.algo == "appo":
-        section = cfg.algorithm
+    section = cfg.algorithm
+    if getattr(section, "clip_ratio", None) is not None:  # APPO's: its passes and clip
         appo = (
             f"epochs={epochs} minibatches={minibatches} clip={section.clip_ratio:g} "
             f"lambda={section.vtrace_lambda:g} "

@@ -1,6 +1,8 @@
 """The local backend: actor processes on this machine, unrolls in shared-memory slots (only
 slot indices travel through a queue), weights in one shared flat tensor, and optionally the
-central inference server as a thread of the learner's process."""
+central inference server as a thread of the learner's process. Workers (A3C's) are
+processes running the work they are handed (`TaskFleet`), with the parameter store in this
+process, handed to each of them (its tensors in shared memory)."""
 
 from __future__ import annotations
 
@@ -8,15 +10,19 @@ import copy
 
 import torch.multiprocessing as mp
 
-from gazelle.backends import BackendRequest, Transport
+from gazelle.backends import BackendRequest, Transport, WorkerRequest, Workers
 from gazelle.backends.local.buffers import SlotLayout, UnrollBuffers
 from gazelle.backends.local.channels import StopFlag
 from gazelle.backends.local.fleet import LocalFleet
 from gazelle.backends.local.inference import InferenceChannels, InferenceServer
 from gazelle.backends.local.params import ParamStore
+from gazelle.backends.local.process import TaskFleet
+from gazelle.config.registry import Backend
 from gazelle.models import state_size
 
-__all__ = ["LocalFleet", "ParamStore", "SlotLayout", "UnrollBuffers", "build"]
+__all__ = [
+    "LOCAL", "LocalFleet", "ParamStore", "SlotLayout", "UnrollBuffers", "build", "build_workers",
+]  # fmt: skip
 
 
 def build(request: BackendRequest) -> Transport:
@@ -68,3 +74,20 @@ def build(request: BackendRequest) -> Transport:
         actor_timeout_s=request.actor_timeout_s,
     )
     return Transport(buffers, params, fleet)
+
+
+def build_workers(request: WorkerRequest) -> Workers:
+    """The parameter store, built here (`make_server(agent)`: its tensors in shared memory,
+    so every worker process updates the same weights), and the worker processes."""
+    server = request.make_server(request.agent)
+    fleet = TaskFleet(
+        request.specs,
+        request.work,
+        (server, request.settings),
+        actor_timeout_s=request.actor_timeout_s,
+    )
+    return Workers(server, fleet)
+
+
+#: The local backend, as `gazelle.config.registry` knows it: actors on this machine's cores.
+LOCAL = Backend(name="local", build=build, build_workers=build_workers)

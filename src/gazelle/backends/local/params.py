@@ -13,29 +13,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from gazelle.runtime.weights import flatten, load_flat, weight_tensors
 
-def _tensors(module: nn.Module) -> list[torch.Tensor]:
-    """Parameters then floating-point buffers, in a fixed order."""
-    tensors: list[torch.Tensor] = list(module.parameters())
-    tensors += [b for b in module.buffers() if b.is_floating_point()]
-    return tensors
-
-
-def flatten(module: nn.Module) -> torch.Tensor:
-    """All of `module`'s weights (parameters, then float buffers) as one flat float32 CPU
-    tensor: what travels to actors."""
-    with torch.no_grad():
-        return torch.cat([t.detach().reshape(-1).float().cpu() for t in _tensors(module)])
-
-
-def load_flat(module: nn.Module, flat: torch.Tensor) -> None:
-    """Copy a `flatten`ed vector back into `module`'s weights."""
-    offset = 0
-    with torch.no_grad():
-        for tensor in _tensors(module):
-            n = tensor.numel()
-            tensor.copy_(flat[offset : offset + n].view_as(tensor))
-            offset += n
+__all__ = ["ParamStore", "flatten", "load_flat"]
 
 
 class ParamStore:
@@ -49,7 +29,7 @@ class ParamStore:
     """
 
     def __init__(self, module: nn.Module, ctx: Any = None) -> None:
-        numel = sum(t.numel() for t in _tensors(module))
+        numel = sum(t.numel() for t in weight_tensors(module))
         self.flat = torch.zeros(numel, dtype=torch.float32).share_memory_()
         self.version = torch.full((1,), -1, dtype=torch.int64).share_memory_()
         self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()

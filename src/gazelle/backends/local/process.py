@@ -25,9 +25,8 @@ from gazelle import registrations
 from gazelle.backends.local.channels import StopFlag, receive_all
 from gazelle.backends.local.child import ChildLink, child_main, kill_group, run_work
 from gazelle.runtime.interfaces import Work
+from gazelle.runtime.restarts import RESTART_SEED_STRIDE
 
-#: Seed offset per restart, so a restarted process does not replay the same episodes.
-RESTART_SEED_STRIDE = 100_003
 #: Seconds a new process may take to its first heartbeat (import torch, build its envs)
 #: before it is taken to be hung, when that is longer than `actor_timeout_s`: a short
 #: timeout for a running actor must not kill every replacement while it starts on a busy

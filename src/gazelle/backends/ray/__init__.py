@@ -12,8 +12,9 @@ it is missing.
 
 from __future__ import annotations
 
-from gazelle.backends import BackendRequest, Transport
+from gazelle.backends import BackendRequest, Transport, WorkerRequest, Workers
 from gazelle.backends.ray.cluster import check_room, connect, require_ray
+from gazelle.config.registry import Backend
 
 
 def build(request: BackendRequest) -> Transport:
@@ -49,3 +50,25 @@ def build(request: BackendRequest) -> Transport:
         server=server,
     )
     return Transport(fleet, params, fleet)
+
+
+def build_workers(request: WorkerRequest) -> Workers:
+    """Workers as Ray actors and the parameter store in a parameter-server actor
+    (`gazelle.backends.ray.workers`)."""
+    require_ray()
+    from gazelle.backends.ray.workers import build_workers as build_ray_workers
+
+    return build_ray_workers(request)
+
+
+#: The Ray backend, as `gazelle.config.registry` knows it.
+RAY = Backend(
+    name="ray",
+    build=build,
+    build_workers=build_workers,
+    own_flags=("ray_address", "ray_dashboard"),
+    # why: the cluster's cores are not this machine's; the layout rule cannot measure them.
+    on_this_machine=False,
+    # why: an actor with one unroll call in flight would idle for each round trip.
+    single_slot=False,
+)

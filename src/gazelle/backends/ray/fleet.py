@@ -29,7 +29,6 @@ from typing import Any
 import torch
 
 from gazelle import registrations
-from gazelle.backends.local.process import RESTART_SEED_STRIDE
 from gazelle.backends.ray.health import Heartbeat
 from gazelle.backends.ray.hosts import ActorHost
 from gazelle.backends.ray.params import RayParams
@@ -37,7 +36,7 @@ from gazelle.backends.ray.supervisor import Supervisor
 from gazelle.backends.ray.unrolls import UnrollQueue
 from gazelle.errors import RunError
 from gazelle.runtime.actor import ActorSpec
-from gazelle.runtime.restarts import RestartBudget
+from gazelle.runtime.restarts import RESTART_SEED_STRIDE, RestartBudget
 
 
 class RayFleet:

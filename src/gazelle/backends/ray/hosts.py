@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from gazelle.backends.local.layout import SlotLayout, is_state
-from gazelle.backends.local.params import load_flat
 from gazelle.models import state_size
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy, Policy
+from gazelle.runtime.weights import load_flat
 
 
 class ArrayWriter:

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from gazelle import registrations
-from gazelle.backends.local.params import load_flat
 from gazelle.models import Agent
 from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import PolicyStopped
+from gazelle.runtime.weights import load_flat
 
 
 class _Request:

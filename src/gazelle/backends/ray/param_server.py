@@ -1,20 +1,22 @@
-"""A3C's parameter server on Ray: a Ray actor holding the global weights and Adam's state
-(the A3C seed's distributed mode), and the `ParameterServer` client that workers and the
-driver call it through, each call bounded by a timeout."""
+"""A parameter server on Ray (A3C's, the seed's distributed mode): a Ray actor holding the
+parameter store an algorithm hands the backend (its global network and optimiser, built
+there by `WorkerRequest.make_server`), and the `ParameterServer` client that workers and the
+driver call it through, each call bounded by a timeout. It knows no algorithm and no other
+backend: whatever store it is handed, its calls run one at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from gazelle.backends.local.hogwild import SharedAdamServer
-from gazelle.backends.local.params import flatten, load_flat
 from gazelle.errors import RunError
+from gazelle.runtime.interfaces import ParameterServer
 from gazelle.runtime.schedule import LinearDecay
+from gazelle.runtime.weights import flatten, load_flat
 
 
 def first_line(error: BaseException) -> str:
@@ -24,20 +26,16 @@ def first_line(error: BaseException) -> str:
 
 
 class ParameterServerHost:
-    """The global network and Adam (torch's formula, as the local `SharedAdamServer`, whose
-    arithmetic it reuses); calls run one at a time, so pushes never interleave."""
+    """The global network and the store over it (`make_server(agent)`: A3C's shared Adam,
+    the same arithmetic as on one machine); calls run one at a time, so pushes never
+    interleave."""
 
     def __init__(
-        self,
-        agent: nn.Module,
-        num_workers: int,
-        lr: float,
-        eps: float,
-        schedule: LinearDecay | None,
+        self, agent: nn.Module, make_server: Callable[[nn.Module], ParameterServer]
     ) -> None:
         torch.set_num_threads(1)
         self.agent = agent
-        self.adam = SharedAdamServer(agent, num_workers, lr, eps=eps, schedule=schedule)
+        self.adam = make_server(agent)
 
     def pull(self) -> tuple[np.ndarray, int]:
         return flatten(self.agent).numpy(), self.adam.step_count

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from gazelle.backends.local.params import flatten
+from gazelle.runtime.weights import flatten
 
 
 class RayParams:

@@ -1,6 +1,11 @@
-"""A3C's global network and shared Adam on one machine, Hogwild-style (the A3C seed's
-global optimiser): the weights and Adam's moments live in shared memory, and every worker
-applies its own gradients to them without a lock.
+"""A3C's global network and shared Adam, Hogwild-style (the A3C seed's global optimiser):
+the weights and Adam's moments live in shared memory, and every worker applies its own
+gradients to them without a lock.
+
+This is algorithm state, not transport: A3C hands it to the backend as the parameter store
+its workers push to (`gazelle.backends.WorkerRequest.make_server`). The local backend
+builds it in the driver's process and hands it to each worker process (shared memory); the
+Ray backend builds it inside its parameter-server actor, whose calls run one at a time.
 
 Lock-free also means a worker stopped or killed in the middle of an update cannot stall the
 others (a lock it held would never be released). What it costs, as in the seed: two workers

@@ -1,7 +1,8 @@
-"""`gazelle bench --algo a3c` parts: what one A3C worker does per agent step, alone on one
-core: step its envs, run its local policy on them (batch = envs per worker), and its share of
-an update (loss, gradient, clip, the shared Adam push). The machine's limit is then
-`cores / (env + inference + update core-seconds per step)` agent steps/s, as for IMPALA."""
+"""`gazelle bench --algo a3c` parts (`Algorithm.measure_parts`): what one A3C worker does
+per agent step, alone on one core: step its envs, run its local policy on them (batch = envs
+per worker), and its share of an update (loss, gradient, clip, the shared Adam push). The
+machine's limit is then `cores / (env + inference + update core-seconds per step)` agent
+steps/s, as for IMPALA."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env steps, local inference and the worker's update for `config`."""
     from gazelle.algorithms.a3c.loop import a3c_agent
+    from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
     from gazelle.algorithms.a3c.worker import train_step, trainer_settings
-    from gazelle.algorithms.common import env_kwargs, prepare
-    from gazelle.backends.local.hogwild import SharedAdamServer
+    from gazelle.algorithms.common import prepare
 
     threads = torch.get_num_threads()
     config, found, _ = prepare(config)
@@ -62,7 +63,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
 
         parts: dict[str, Callable[[float], float]] = {
             "env_steps_per_core_s": functools.partial(
-                env_rate, found.levels[0], env_kwargs(config)
+                env_rate, functools.partial(found.make, found.levels[0], seed=0)
             ),
             "inference_samples_per_core_s": lambda s: per_core_rate(act, s),
             "learner_samples_per_core_s": lambda s: per_core_rate(update, s),

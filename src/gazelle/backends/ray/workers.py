@@ -1,8 +1,9 @@
-"""A3C on Ray: a parameter-server Ray actor holds the global weights and Adam's state (the
-A3C seed's distributed mode), and each worker is a Ray actor running the work the algorithm
-hands the backend, as a local worker process does (`work(spec, context, server, settings)`:
-A3C's `run_worker`): it pulls the weights, computes its gradient and pushes it; the server
-applies pushes one at a time. This module knows no algorithm.
+"""Workers on Ray (A3C's, the seed's distributed mode): a parameter-server Ray actor holds
+the parameter store the algorithm hands the backend (its global weights and optimiser
+state), and each worker is a Ray actor running the work the algorithm hands the backend, as
+a local worker process does (`work(spec, context, server, settings)`: A3C's `run_worker`):
+it pulls the weights, computes its gradient and pushes it; the server applies pushes one at
+a time. This module knows no algorithm (`gazelle.backends.WorkerRequest`).
 
 The driver only watches, as on one machine: `RayWorkerFleet.poll` drains each worker's
 events, and replaces a worker whose process died, whose loop raised or that went silent.
@@ -16,17 +17,15 @@ import threading
 import time
 from typing import Any
 
-from torch import nn
-
 from gazelle import registrations
-from gazelle.backends.local.process import RESTART_SEED_STRIDE
+from gazelle.backends import WorkerRequest, Workers
 from gazelle.backends.ray.health import Heartbeat
 from gazelle.backends.ray.param_server import ParameterServerHost, RayParameterServer, first_line
 from gazelle.backends.ray.supervisor import Supervisor
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.interfaces import Work
-from gazelle.runtime.schedule import LinearDecay
+from gazelle.runtime.restarts import RESTART_SEED_STRIDE
 
 #: Seconds between two drains of a worker's events.
 DRAIN_S = 0.25
@@ -83,30 +82,23 @@ class WorkerHost:
         return self.spec.actor_id
 
 
-def build_workers(
-    work: Work,
-    agent: nn.Module,
-    specs: list[ActorSpec],
-    settings: Any,
-    lr: float,
-    eps: float,
-    schedule: LinearDecay | None,
-    address: str | None,
-    cpus_per_worker: float,
-    actor_timeout_s: float,
-    dashboard: bool = False,
-) -> tuple[RayParameterServer, RayWorkerFleet]:
-    """Connect to (or start) Ray; the parameter server (started) and the workers' fleet
-    (not yet started), each worker to run `work(spec, context, server, settings)`."""
+def build_workers(request: WorkerRequest) -> Workers:
+    """Connect to (or start) Ray; the parameter server (started, holding
+    `request.make_server(request.agent)`) and the workers' fleet (not yet started), each
+    worker to run `request.work(spec, context, server, request.settings)`."""
     from gazelle.backends.ray.cluster import check_room, connect, require_ray
 
     ray = require_ray()
-    owns = connect(address, dashboard)
-    check_room(len(specs), cpus_per_worker, "workers")
-    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(agent, len(specs), lr, eps, schedule)
-    server = RayParameterServer(host, timeout_s=actor_timeout_s)
-    fleet = RayWorkerFleet(work, specs, server, settings, cpus_per_worker, actor_timeout_s, owns)
-    return server, fleet
+    specs = request.specs
+    owns = connect(request.cluster_address, request.dashboard)
+    check_room(len(specs), request.cpus_per_actor, "workers")
+    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(request.agent, request.make_server)
+    server = RayParameterServer(host, timeout_s=request.actor_timeout_s)
+    fleet = RayWorkerFleet(
+        request.work, specs, server, request.settings, request.cpus_per_actor,
+        request.actor_timeout_s, owns,
+    )  # fmt: skip
+    return Workers(server, fleet)
 
 
 class RayWorkerFleet:

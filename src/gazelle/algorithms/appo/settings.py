@@ -1,0 +1,37 @@
+"""APPO's config section (`--algo appo`'s flags: IMPALA's and its passes) and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gazelle.algorithms.impala.settings import ImpalaConfig, validate_impala
+from gazelle.config.errors import ConfigError
+from gazelle.config.validation import Checks
+
+
+@dataclass(frozen=True)
+class AppoConfig(ImpalaConfig):
+    """APPO: IMPALA's actors and V-trace targets, with PPO's clipped surrogate and several
+    passes over each batch (`epochs` x `minibatches` optimiser steps per batch)."""
+
+    epochs: int | None = None
+    """Passes over each batch; unset: the preset's."""
+    minibatches: int | None = None
+    """Optimiser steps per pass, each on a disjoint share of the batch's unrolls (divides
+    --batch-size); unset: the preset's."""
+    clip_ratio: float | None = None
+    """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
+    [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
+
+
+def validate_appo(check: Checks) -> None:
+    """IMPALA's checks, then APPO's passes and clip."""
+    validate_impala(check)
+    for name in ("epochs", "minibatches"):
+        check.positive(name, allow_none=True)
+    check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
+    batch, parts = check.value("batch_size"), check.value("minibatches")
+    if batch is not None and parts is not None and batch % parts:
+        raise ConfigError(
+            "minibatches", parts, f"a divisor of --batch-size ({batch} unrolls per batch)"
+        )
