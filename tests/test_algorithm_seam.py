@@ -3,6 +3,7 @@
 telemetry reaches the logs whatever happens to the unrolls."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -65,12 +66,18 @@ def test_episodes_of_dropped_unrolls_are_still_logged(small_config, tmp_path):
     kept = {"unrolls": 0, "episode_ends": 0}
 
     def counted(agent, batch):
+        # why: a learner slower than the actors keeps every slot full, so each batch's
+        # unrolls were acted several updates ago (lag ~ slots / B = 3) and many are dropped
+        # whatever the machine's load; without it, a loaded machine slowed the actors
+        # instead and too few were (a timing flake on the code before).
+        time.sleep(0.03)
         kept["unrolls"] += int(batch["frame"].shape[1])
         # why: index 0 repeats the previous unroll's last step; each end is counted once.
         kept["episode_ends"] += int((batch["terminated"] | batch["truncated"])[1:].sum())
         return nstep_actor_critic_loss(agent, batch)
 
-    result = train(small_config(total_frames=4000, max_policy_lag=1), loss_fn=counted)
+    config = small_config(total_frames=4000, max_policy_lag=1, slots_per_env=3)
+    result = train(config, loss_fn=counted)
     assert result.dropped_unrolls > 0.2 * kept["unrolls"], "the test needs unrolls dropped"
     logged = logged_episode_returns(tmp_path)
     assert len(logged) == result.episodes

@@ -57,8 +57,10 @@ def toy_loss(agent: Any, batch: dict[str, Any], gae_lambda: float, discount: flo
     advantages, returns = gae(
         batch["reward"][1:], out.baseline[:-1], out.baseline[-1], discount, gae_lambda, done[1:]
     )
+    logits, actions = out.policy_logits[:-1], batch["action"][1:]
+    log_probs = agent.distribution.log_prob(logits, actions)
     loss, metrics = actor_critic.a3c_loss(
-        out.policy_logits[:-1], batch["action"][1:], advantages, returns, out.baseline[:-1]
+        log_probs, agent.distribution.entropy(logits), advantages, returns, out.baseline[:-1]
     )
     return loss, {**metrics, "toy/gae_lambda": torch.tensor(gae_lambda)}
 
