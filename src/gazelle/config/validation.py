@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gazelle import registrations
+from gazelle.config import finite
 from gazelle.config.core import Config
 from gazelle.config.errors import ConfigError
 
@@ -21,6 +22,8 @@ ACTIVATION_CHOICES = ("relu", "elu")
 #: (`gazelle.models.torsos.WITH_ACTIVATION`).
 TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
+#: The largest --seed: numpy's seeds end at 2**32 - 1, and actor i's is --seed + i.
+SEED_MAX = 2**31 - 1
 
 
 class _Checks:
@@ -58,7 +61,9 @@ class _Checks:
 def validate(config: Config) -> Config:
     """Check every field of the common sections and of the algorithm that runs; returns
     `config` unchanged."""
+    finite.check(config)  # why: first, so that NaN never reaches a `<=` that lets it by
     check = _Checks(config)
+    check.in_range("seed", 0, SEED_MAX)
     env = config.env.id
     if not isinstance(env, str) or not env.strip():
         raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")
@@ -78,8 +83,13 @@ def validate(config: Config) -> Config:
     check.positive("slots_per_env", allow_none=True)
     check.positive("ray_actor_cpus", integer=False)
     actors = config.actors
-    if actors.backend != "ray" and (actors.ray_address is not None or actors.ray_dashboard):
-        flag = "ray_address" if actors.ray_address is not None else "ray_dashboard"
+    ray_flags = {
+        "ray_address": actors.ray_address is not None,
+        "ray_dashboard": actors.ray_dashboard,
+        "ray_allow_tokenless": actors.ray_allow_tokenless,
+    }
+    if actors.backend != "ray" and any(ray_flags.values()):
+        flag = next(name for name, given in ray_flags.items() if given)
         raise ConfigError(
             flag, getattr(actors, flag), "only with --backend ray (now: " + actors.backend + ")"
         )

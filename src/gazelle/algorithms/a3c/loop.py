@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gazelle.algorithms import runlock
 from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
 from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker, trainer_settings
 from gazelle.algorithms.common import env_kwargs, prepare
@@ -158,6 +159,7 @@ def train(
         )
         logger.console_line(run.frames, fps, force=True, actor_restarts=telemetry.restarts)
         warn_on_error("closing the logs", logger.close)
+        runlock.release(logdir)  # why: last: the run's files are written and closed
     return TrainResult(
         frames=run.frames,
         updates=run.steps,
