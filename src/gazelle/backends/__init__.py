@@ -38,6 +38,7 @@ class BackendRequest:
         cluster_address: a cluster to join (Ray); None: this machine.
         cpus_per_actor: CPUs each actor declares to the cluster's scheduler (Ray).
         dashboard: start a private Ray instance with its dashboard (Ray).
+        allow_tokenless: join a cluster that answers clients without a token (Ray).
     """
 
     actors: list[ActorSpec]
@@ -52,6 +53,7 @@ class BackendRequest:
     cluster_address: str | None = None
     cpus_per_actor: float = 1.0
     dashboard: bool = False
+    allow_tokenless: bool = False
 
 
 @dataclass

@@ -285,7 +285,7 @@ def _workers(
         return build_workers(
             run_worker, agent, specs, settings, a3c.learning_rate, a3c.epsilon, schedule,
             actors.ray_address, actors.ray_actor_cpus, actors.actor_timeout_s,
-            actors.ray_dashboard,
+            actors.ray_dashboard, actors.ray_allow_tokenless,
         )  # fmt: skip
     server = SharedAdamServer(
         agent, len(specs), lr=a3c.learning_rate, eps=a3c.epsilon, schedule=schedule

@@ -28,7 +28,7 @@ def build(request: BackendRequest) -> Transport:
             f"{capacity} (num_actors x envs_per_actor x slots_per_env); allowed: at most "
             f"{capacity}, or raise --num-actors / --envs-per-actor"
         )
-    owns = connect(request.cluster_address, request.dashboard)
+    owns = connect(request.cluster_address, request.dashboard, request.allow_tokenless)
     check_room(len(request.actors), request.cpus_per_actor)
     from gazelle.backends.ray.fleet import RayFleet
     from gazelle.backends.ray.params import RayParams
