@@ -67,7 +67,7 @@ def check_logdir(config: Config) -> None:
         raise ConfigError(
             "logdir", str(logdir), f"a directory this user can create and write ({err.strerror})"
         ) from err
-    runlock.acquire(logdir)
+    runlock.acquire(logdir)  # bounded: flock with LOCK_NB, it never waits
     saved_path = logdir / "config.json"
     if not (config.run.resume and (logdir / "checkpoint.pt").exists() and saved_path.exists()):
         return
