@@ -230,13 +230,16 @@ def test_a_listener_forced_beyond_loopback_refuses_the_run_and_a_readable_token_
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [*GAZELLE, "train", "--backend", "ray", *SMALL, "--total-frames", "100000000",
-         "--max-seconds", "240", "--logdir", str(tmp_path / "run")],
+         "--max-seconds", "60", "--logdir", str(tmp_path / "run")],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     err = [line for line in done.stderr.strip().splitlines() if "gazelle train:" in line]
     assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
     assert "Traceback" not in done.stderr and len(err) == 1, done.stderr[-3000:]
     assert "listens beyond loopback" in err[0] and "0.0.0.0:" in err[0], err
+    # which check refused it: the one right after `ray.init` (before the run wrote its
+    # config), or the one once every actor started (after)
+    assert (tmp_path / "run" / "config.json").exists() is (when == "once the actors run")
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert "was readable by others (mode 0644); made it 0600" in done.stdout
 
