@@ -22,6 +22,7 @@ import torch
 
 from gazelle import checkpoint
 from gazelle.config import ConfigError
+from gazelle.errors import RunError
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -77,7 +78,10 @@ def run_episodes(
                 if recorder is not None:
                     recorder.frame(len(returns))
             if steps > MAX_STEPS_PER_EPISODE * episodes:
-                raise RuntimeError(f"test: no episode ended in {steps} steps")
+                raise RunError(
+                    f"no episode ended in {steps} steps ({MAX_STEPS_PER_EPISODE:,} per episode "
+                    "allowed): the env never terminates or truncates"
+                )
     return returns
 
 
