@@ -39,3 +39,37 @@ def small_config(tmp_path):
         return Config.of(**{**small, "logdir": str(tmp_path), **overrides})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def ray_token():
+    """Token authentication for the Ray clusters the tests start in this process (as
+    docs/distributed.md tells a cluster's owner to run them): every process of theirs and
+    this driver read `RAY_AUTH_MODE=token` and the token from the environment (no file is
+    written). Gazelle refuses a cluster that answers without a token."""
+    import secrets
+
+    names = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+    saved = {name: os.environ.get(name) for name in names}
+    token = secrets.token_hex(16)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    _reload_ray_config()
+    yield token
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    _reload_ray_config()
+
+
+def _reload_ray_config() -> None:
+    """Make an imported Ray read its authentication settings again (never under a live
+    connection: the fixtures using this shut Ray down first)."""
+    import sys
+
+    if "ray._raylet" in sys.modules:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()

@@ -43,8 +43,8 @@ def test_frames_count_the_action_repeats() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--envs", "0"], "--envs must be at least 1, got 0"),
-        (["--seconds", "0"], "--seconds must be > 0, got 0"),
+        (["--envs", "0"], "argument --envs: invalid value '0'; allowed: an integer of at least 1"),
+        (["--seconds", "0"], "argument --seconds: invalid value '0'; allowed: a number greater"),
         (["--env", "Nope-v9"], "--env: unknown environment 'Nope-v9'"),
     ],
 )

@@ -185,3 +185,44 @@ def test_rng_state_holds_only_weights_only_types(tmp_path: Path) -> None:
     again = torch.load(path, weights_only=True)
     assert torch.equal(again["torch"], state["torch"])
     assert torch.equal(again["numpy"]["keys"], state["numpy"]["keys"])
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard-link", "copy"])
+def test_every_file_a_checkpoint_puts_in_place_is_fsynced_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
+    """A rename puts a file in place only after its data was fsynced, and the directory is
+    fsynced after the rename: for the checkpoint, its `.prev` copy (hard link or, where the
+    filesystem has none, a copy), the restore of `.prev` over an unreadable checkpoint, and
+    `write_text` (the run's config.json). Else a power loss can leave an empty file."""
+    synced: list[tuple[int, int]] = []  # (device, inode) of each fsync
+    placed: list[tuple[str, bool]] = []  # (where a rename put a file, its data fsynced first)
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        synced.append((info.st_dev, info.st_ino))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        info = os.stat(src)
+        # why: by inode, so a hard link shares the synced data of the file it links
+        placed.append((os.path.basename(dst), (info.st_dev, info.st_ino) in synced))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    if not links:
+        monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError("no links")))
+    path = tmp_path / "checkpoint.pt"
+    save(path, {"frames": 1})
+    save(path, {"frames": 2})  # the first one becomes .prev
+    path.write_bytes(b"torn")
+    checkpoint.put_previous_back(path)
+    checkpoint.write_text(tmp_path / "config.json", "{}\n")
+    assert load(path)["frames"] == 1 and load(previous_path(path))["frames"] == 1
+    assert {name for name, _ in placed} >= {"checkpoint.pt", "checkpoint.pt.prev", "config.json"}
+    assert all(ok for _, ok in placed), placed
+    # the directory itself after each rename (the rename is durable only then)
+    directory = os.stat(tmp_path)
+    assert synced.count((directory.st_dev, directory.st_ino)) >= 4, synced

@@ -293,8 +293,11 @@ def test_cli_writes_the_png_and_rejects_unknown_formats(
     assert main(["plot", str(run), "--out", str(out)]) == 0
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert distinct_colours(png_pixels(out)) > 100
-    assert main(["plot", str(run), "--out", str(tmp_path / "curve.xyz")]) == 1
-    assert "cannot write .xyz" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a bad flag value: exit code 2, as all
+        main(["plot", str(run), "--out", str(tmp_path / "curve.xyz")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot write .xyz" in err and err.count("\n") == 1
 
 
 def test_read_progress_skips_nulls_torn_rows_and_sorts(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ Ray is missing or a Ray flag comes without `--backend ray`."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -109,20 +110,44 @@ def test_the_dashboard_without_its_packages_says_what_to_install(tmp_path):
     assert "--ray-dashboard" in out.stderr and "ray[default]" in out.stderr
 
 
-@pytest.mark.parametrize("token", [False, True])
-def test_joining_a_cluster_without_a_token_is_warned_about_in_one_line(monkeypatch, capsys, token):
-    """`--ray-address` joins a cluster the user runs; gazelle cannot make it private, but it
-    says so when the cluster let the driver in without token authentication."""
-    from gazelle.backends.ray import cluster
+def test_redirecting_ray_variables_are_cleared_in_one_line(capsys):
+    """`RAY_*` variables that point Ray elsewhere or run code at its start are cleared for
+    a run (a private one, or one that joins); Ray's other settings stay."""
+    from gazelle.backends.ray.privacy import clear_redirects
 
-    joined = []
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda address, **kwargs: joined.append(address))
-    monkeypatch.setattr(cluster, "token_auth_on", lambda: token)
-    assert cluster.connect("10.0.0.5:6379") is True
-    assert joined == ["10.0.0.5:6379"]
-    err = capsys.readouterr().err
-    if token:
-        assert err == ""
-    else:
-        assert err.count("\n") == 1 and "10.0.0.5:6379" in err and "without a token" in err
+    env = {"RAY_ADDRESS": "10.9.9.9:6379", "RAY_REDIS_ADDRESS": "x", "RAY_TMPDIR": "/x",
+           "RAY_RUNTIME_ENV_HOOK": "evil:hook", "RAY_worker_niceness": "0",
+           "HOME": "/h"}  # fmt: skip
+    assert clear_redirects(env) == [
+        "RAY_ADDRESS", "RAY_REDIS_ADDRESS", "RAY_RUNTIME_ENV_HOOK", "RAY_TMPDIR"
+    ]  # fmt: skip
+    assert env == {"RAY_worker_niceness": "0", "HOME": "/h"}
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "cleared RAY_ADDRESS, RAY_REDIS_ADDRESS" in out
+
+
+def test_the_socket_check_reads_what_the_kernel_says():
+    """`/proc` read right: a socket listening on 0.0.0.0 (and one on ::) in this process is
+    found with its address and refused; one on 127.0.0.1 passes."""
+    import socket
+
+    from gazelle.backends.ray import privacy, sockets
+    from gazelle.errors import RunError
+
+    if not sockets.available():
+        pytest.skip("no /proc/net here")
+    me = {os.getpid()}
+    with socket.socket() as local:
+        local.bind(("127.0.0.1", 0))
+        local.listen()
+        port = local.getsockname()[1]
+        found = privacy.check_sockets(me)
+        assert any(s.port == port and s.host == "127.0.0.1" for s in found), found
+        with socket.socket() as exposed, socket.socket(socket.AF_INET6) as exposed6:
+            exposed.bind(("0.0.0.0", 0))
+            exposed.listen()
+            exposed6.bind(("::", 0))
+            exposed6.listen()
+            with pytest.raises(RunError, match=r"listens beyond loopback .*tcp 0\.0\.0\.0:") as e:
+                privacy.check_sockets(me)
+            assert f"tcp [::]:{exposed6.getsockname()[1]}" in str(e.value)

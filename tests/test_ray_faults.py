@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray", reason="the ray tests need pip install -e '.[ra
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(ray_token):
     """A head node and one worker node (2 CPUs each), on loopback; the test adds a third."""
     import os
 
@@ -87,3 +87,46 @@ def test_a_lost_node_costs_its_actor_and_training_goes_on(cluster, small, tmp_pa
     # why: the other two trained on while the third was pending.
     assert steps["frames_before_add"] - steps["frames_at_removal"] >= 2000
     assert result.frames > steps["frames_before_add"]
+
+
+def test_a_lost_node_costs_its_a3c_worker_and_training_goes_on(cluster, tmp_path, capsys):
+    """A3C: three workers of 2 CPUs, one per node. The node holding the third is removed
+    mid-run: that worker is replaced once, its replacement waits as *pending* (no node has
+    2 CPUs free; not hung, not killed) and the other two keep pushing updates."""
+    from gazelle.config import Config
+
+    victim = cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 6:  # what earlier tests held is freed
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.5)
+    steps: dict[str, float] = {}
+    printed: list[str] = []
+
+    def lose_a_node(progress: dict) -> None:
+        printed.append(capsys.readouterr().out)
+        if "removed" not in steps and progress["frames"] >= 3000:
+            cluster.remove_node(victim)
+            steps["removed"], steps["frames_at_removal"] = time.monotonic(), progress["frames"]
+        elif "removed" in steps:
+            steps["frames"] = progress["frames"]
+            out = "".join(printed)
+            trained_on = progress["frames"] - steps["frames_at_removal"] >= 4000
+            if ("cannot be placed" in out and trained_on) or time.monotonic() - steps[
+                "removed"
+            ] > 90:
+                raise KeyboardInterrupt
+
+    config = Config.of(
+        algo="a3c", env="CartPole-v1", backend="ray", num_actors=3, ray_actor_cpus=2.0,
+        actor_timeout_s=4.0, total_frames=10**8, max_seconds=240, log_interval_s=0.5,
+        logdir=str(tmp_path),
+    )  # fmt: skip
+    result = train(config, on_progress=lose_a_node)
+    out = "".join(printed) + capsys.readouterr().out
+    assert "removed" in steps, out[-3000:]
+    assert result.actor_restarts == 1, out[-3000:]  # the lost worker, once
+    assert "cannot be placed" in out and "killed" not in out, out[-3000:]
+    # the two other workers trained on while the third was pending
+    assert steps["frames"] - steps["frames_at_removal"] >= 4000, (steps, out[-3000:])

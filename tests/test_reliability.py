@@ -155,25 +155,39 @@ def children_of(pid):
 
 
 @pytest.mark.slow
-def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
+def test_a_trainer_killed_with_sigkill_leaves_nothing_behind_and_resumes(tmp_path):
+    """`gazelle train` (local backend, IMPALA, `--checkpoint-interval-s 1`) SIGKILLed mid-run,
+    after two periodic checkpoints: its actors exit and no shared memory outlives it; the
+    last checkpoint was at most one interval (plus a save) old; a second run on its logdir
+    while it lived was refused in one line naming its pid; the same command resumes from
+    the checkpoint and takes over the dead run's lock."""
+    import shutil
+
     before_shm = shm_entries()
-    script = (
-        "from gazelle.algorithms.impala import train\n"
-        "from gazelle.config import Config\n"
-        f"train(Config.of(env='CartPole-v1', num_actors=2, envs_per_actor=2, batch_size=2,"
-        f" unroll_length=10, total_frames=10**9, logdir={str(tmp_path)!r},"
-        " log_interval_s=0.2))\n"
+    gazelle = shutil.which("gazelle")
+    command = [gazelle] if gazelle else [sys.executable, "-m", "gazelle.cli"]
+    interval = 1.0
+    args = ["train", "--env", "CartPole-v1", "--num-actors", "2", "--envs-per-actor", "2",
+            "--batch-size", "2", "--unroll-length", "10", "--log-interval-s", "0.2",
+            "--checkpoint-interval-s", str(interval), "--logdir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(
+        [*command, *args, "--total-frames", "1000000000"], stdout=subprocess.DEVNULL
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
-    progress = Path(tmp_path) / "progress.jsonl"
+    ckpt = Path(tmp_path) / "checkpoint.pt"
+    saves: set[float] = set()
     start = time.monotonic()
-    while not (progress.exists() and progress.read_text().count("\n") >= 2):
+    while not (ckpt.exists() and saves.add(ckpt.stat().st_mtime) is None and len(saves) >= 2):
         assert time.monotonic() - start < 120 and proc.poll() is None
-        time.sleep(0.2)
+        time.sleep(0.1)
+    second = subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr[-2000:]
+    assert f"another run is training in {tmp_path} (pid {proc.pid}" in second.stderr
     children = children_of(proc.pid)
     assert len(children) >= 2  # the actors (and the resource tracker)
+    age = time.time() - ckpt.stat().st_mtime
     proc.kill()
     proc.wait()
+    assert age <= interval + 1.0, age  # at most one checkpoint interval lost
     deadline = time.monotonic() + 10.0
     alive = children
     while alive and time.monotonic() < deadline:
@@ -186,6 +200,17 @@ def test_a_trainer_killed_with_sigkill_leaves_nothing_behind(tmp_path):
         time.sleep(0.2)
         leaked = orphaned(shm_entries() - before_shm)
     assert not leaked, f"shared memory left behind: {sorted(leaked)}"
+    from gazelle.checkpoint import load
+
+    saved = int(load(ckpt)["frames"])
+    resumed = subprocess.run(
+        [*command, *args, "--total-frames", str(saved + 1000)], capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {ckpt} at {saved:,} frames" in resumed.stdout, resumed.stdout[-2000:]
+    assert f"(pid {proc.pid}, killed?)" in resumed.stdout
+    assert int(load(ckpt)["frames"]) >= saved + 1000
 
 
 def _gazelle_children(pid):
@@ -390,3 +415,62 @@ def test_an_only_actor_that_dies_before_the_first_batch_is_replaced(small_config
     result = train(config)
     assert marker.exists() and result.actor_restarts == 1
     assert result.frames >= 2_000 and time.monotonic() - started < 45
+
+
+@pytest.mark.slow
+def test_a_dying_batch_thread_fails_the_run_with_its_error_and_a_checkpoint(
+    small_config, monkeypatch
+):
+    """The learner's prefetch thread (`runtime.learner.Prefetcher`) dies mid-run (its batch
+    source raises): the run fails with that exception, not a wait for batches that never
+    come, and the final checkpoint is written."""
+    from gazelle.backends.local.buffers import UnrollBuffers
+    from gazelle.checkpoint import load
+
+    real = UnrollBuffers.batches
+
+    def breaks_after_a_few(self, *args, **kwargs):
+        for count, batch in enumerate(real(self, *args, **kwargs)):
+            if count == 20:
+                raise ValueError("the batch source broke on purpose")
+            yield batch
+
+    monkeypatch.setattr(UnrollBuffers, "batches", breaks_after_a_few)
+    config = small_config(total_frames=10**8, max_seconds=120, batch_timeout_s=600.0)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="broke on purpose"):
+        train(config)
+    assert time.monotonic() - start < 100
+    saved = load(Path(config.run.logdir) / "checkpoint.pt")
+    assert saved["updates"] >= 20 and saved["frames"] == saved["updates"] * 40
+
+
+@pytest.mark.slow
+def test_a_dead_local_inference_server_fails_the_run_with_its_error_and_a_checkpoint(
+    small_config, monkeypatch
+):
+    """Central inference on the local backend: the server's thread raises mid-run. The loop
+    notices while it waits for a batch (`Fleet.check()`), and the run fails with the
+    server's traceback instead of sitting at 0 frames/s until --batch-timeout-s; the final
+    checkpoint is written."""
+    from gazelle.backends.local.inference import InferenceServer
+    from gazelle.checkpoint import load
+
+    real, calls = InferenceServer._step, []
+
+    def breaks_after_a_while(self, actors):
+        calls.append(len(actors))
+        if len(calls) > 200:
+            raise ValueError("the inference server broke on purpose")
+        return real(self, actors)
+
+    monkeypatch.setattr(InferenceServer, "_step", breaks_after_a_while)
+    config = small_config(
+        inference="central", total_frames=10**8, max_seconds=120, batch_timeout_s=600.0
+    )
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"inference server died(?s:.)*broke on purpose"):
+        train(config)
+    assert time.monotonic() - start < 60  # not the batch timeout (600 s)
+    saved = load(Path(config.run.logdir) / "checkpoint.pt")
+    assert saved["frames"] > 0

@@ -37,6 +37,7 @@ __all__ = [
     "rng_state",
     "save",
     "set_rng_state",
+    "write_text",
 ]
 
 
@@ -52,6 +53,16 @@ def previous_path(path: str | Path) -> Path:
     """Where ``save(path, ..., keep_previous=True)`` keeps the checkpoint it replaced."""
     path = Path(path)
     return path.with_name(path.name + ".prev")
+
+
+def _copy_synced(source: Path, target: Path) -> None:
+    """Copy `source` to `target` and fsync the copy (before any rename makes it count)."""
+    shutil.copyfile(source, target)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -93,9 +104,9 @@ def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = Tr
             with contextlib.suppress(FileNotFoundError):
                 prev_tmp.unlink()
             try:
-                os.link(path, prev_tmp)
+                os.link(path, prev_tmp)  # why: the same inode, on disk since its own save
             except OSError:  # no hard links on this filesystem: copy instead
-                prev_tmp.write_bytes(path.read_bytes())
+                _copy_synced(path, prev_tmp)
             os.replace(prev_tmp, previous_path(path))
         os.replace(tmp, path)
     except BaseException as err:
@@ -106,6 +117,24 @@ def save(path: str | Path, state: Mapping[str, Any], *, keep_previous: bool = Tr
         raise
     _fsync_dir(path.parent)
     _remove_stale_temps(path)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a small text file (a run's config.json) as `save` writes a checkpoint: a
+    temporary file, fsynced, renamed over `path`, the directory fsynced."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
 
 
 #: A temporary file of `save` untouched this long belongs to a save that was killed.
@@ -184,10 +213,11 @@ def put_previous_back(path: str | Path) -> Path:
     """
     path = Path(path)
     corrupt = path.with_name(path.name + ".corrupt")
-    shutil.copyfile(path, corrupt)
+    _copy_synced(path, corrupt)
     tmp = path.with_name(f".{path.name}.restore.tmp")
-    shutil.copyfile(previous_path(path), tmp)
+    _copy_synced(previous_path(path), tmp)
     os.replace(tmp, path)  # why: atomic, as every write of `path`
+    _fsync_dir(path.parent)  # why: the rename too must reach the disk
     return corrupt
 
 

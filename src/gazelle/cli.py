@@ -13,8 +13,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gazelle.config import Config, ConfigError, all_fields, registry
+from gazelle.config import Config, ConfigError, all_fields, finite, registry
+from gazelle.config.flags import (
+    OneLineParser,
+    module_flag,
+    number_flag,
+    optional_number_flag,
+    text_flag,
+)
 from gazelle.config.presets import default_algo
+from gazelle.config.validation import SEED_MAX
 
 NEXT_STEPS = """\
 Next:
@@ -33,44 +41,11 @@ def field_docs() -> dict[str, str]:
     return {name: flat.doc for name, flat in all_fields().items()}
 
 
-def _optional(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        if text.lower() in ("none", "null", "off"):
-            return None
-        try:
-            return kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"invalid value {text!r}; allowed: a {kind.__name__} or 'none'"
-            ) from None
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _number(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            # why: accept 1e6 for frame counts, but reject 2.5 for an integer flag.
-            value = float(text) if kind is int else kind(text)
-            if kind is int:
-                if value != int(value):
-                    raise ValueError
-                value = int(value)
-            return value
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"invalid value {text!r}; allowed: {'an integer' if kind is int else 'a number'}"
-            ) from None
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per config field (`gazelle.config.all_fields`), help from its docstring."""
     parser.add_argument(
         "--algo",
+        type=text_flag,
         default=argparse.SUPPRESS,
         metavar="NAME",
         help=f"the algorithm: {' | '.join(registry.algorithm_names())} (default: the --preset's, "
@@ -94,7 +69,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, type=str, default=argparse.SUPPRESS, help=help_text)
         else:
             kind = int if hint.startswith("int") else float
-            parse = _optional(kind) if "None" in hint else _number(kind)
+            infinite = finite.INFINITE_OK.get(name)
+            optional = "None" in hint
+            parse = optional_number_flag(kind, infinite) if optional else number_flag(kind)
             parser.add_argument(
                 flag, type=parse, default=argparse.SUPPRESS, help=help_text, metavar="N"
             )
@@ -119,18 +96,32 @@ def saved_run(values: dict[str, Any]) -> Config | None:
         return None  # why: the preflight check names what is wrong with the directory
 
 
+#: Where a run goes: never taken from a saved config, so that a copied run folder cannot
+#: send this machine's token to the cluster it names (the user names them again).
+PLACEMENT = ("backend", "ray_address", "ray_dashboard", "ray_allow_tokenless")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """The config of the flags given; a flag left out keeps the field's default, or, when
     `--logdir` holds a run to resume, that run's setting (its algorithm, env, budget, ...:
-    `gazelle train --logdir DIR --total-frames N` continues any run)."""
+    `gazelle train --logdir DIR --total-frames N` continues any run), except where it runs
+    (`PLACEMENT`). A saved torso or env that would import a module needs the user's say
+    (`gazelle.algorithms.imports`)."""
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
     values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
     saved = saved_run(values)
     if saved is not None and getattr(args, "algo", None) in (None, saved.algo):
+        from gazelle.algorithms.imports import check_saved
+
+        kept = {k: v for k, v in saved.flat().items() if k not in PLACEMENT}
+        _say_placement_not_restored(saved, values)
         # why: the saved settings are the resolved ones (layout, preset values), so the run
         # continues as it was; a flag given still wins (the preflight refuses a changed env).
-        return Config.from_flat({**saved.flat(), **values})
+        config = Config.from_flat({**kept, **values})
+        taken = [name for name in ("model", "env") if name not in values]
+        check_saved(config, values["logdir"], getattr(args, "allow_import", None) or (), taken)
+        return config
     env = str(values.get("env") or Config().env.id)
     algo = getattr(args, "algo", None) or default_algo(env, values.get("preset"))
     registry.algorithm(algo)  # why: an unknown name fails here, in one line naming the known
@@ -138,6 +129,22 @@ def config_from_args(args: argparse.Namespace) -> Config:
         name = env.replace("/", "_").replace(",", "+")
         values["logdir"] = f"runs/{name[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Config.from_flat({"algo": algo, **values})
+
+
+def _say_placement_not_restored(saved: Config, values: dict[str, Any]) -> None:
+    """One line when the run was saved with a backend, cluster or dashboard that this
+    command does not name again (it runs where the command says, by default here)."""
+    default = Config()
+    dropped = [
+        f"--{name.replace('_', '-')} {saved.get(name)}"
+        for name in PLACEMENT
+        if name not in values and saved.get(name) != default.get(name)
+    ]
+    if dropped:
+        print(
+            f"gazelle: the run was saved with {' '.join(dropped)}; a resume takes where to run "
+            "from this command only (name them again to use them)"
+        )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -170,7 +177,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         with interruptible():
             evaluate(
                 args.logdir, episodes=args.episodes, greedy=args.greedy, seed=args.seed,
-                video=args.video,
+                video=args.video, allow_imports=args.allow_import or (),
             )  # fmt: skip
     except KeyboardInterrupt:
         print("gazelle test: stopped; no results written", file=sys.stderr)
@@ -210,28 +217,44 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     try:
         plot(args.logdirs, args.out, x=args.x, y=args.y)
-    except PlotError as err:  # e.g. no episode has finished yet: one line, no traceback
-        print(f"gazelle plot: {err}", file=sys.stderr)
+    except PlotError as err:
+        if str(err).startswith("--"):  # a bad flag value: as every other, exit code 2
+            raise ValueError(str(err)) from err
+        print(f"gazelle plot: {err}", file=sys.stderr)  # e.g. no episode has finished yet
         return 1
     print(f"wrote {args.out}")
     return 0
 
 
+def _add_allow_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-import",
+        type=module_flag,
+        action="append",
+        metavar="MODULE",
+        help="let a saved run (resume, or the run `gazelle test` loads) import MODULE for its "
+        "torso (`--model module:attr`) or env (`module:EnvId`); without it a run folder "
+        "imports nothing this command does not name (repeatable)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gazelle", description="Scalable actor-learner RL (IMPALA) in PyTorch."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent (default: CartPole-v1, a few minutes)")
     add_config_flags(train)
+    _add_allow_import(train)
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
-    test.add_argument("--logdir", required=True, help="the run's directory")
-    test.add_argument("--episodes", type=_number(int), default=10, help="episodes per level")
+    test.add_argument("--logdir", type=text_flag, required=True, help="the run's directory")
+    test.add_argument("--episodes", type=number_flag(int, 1), default=10, help="episodes per level")
     test.add_argument("--greedy", action="store_true", help="argmax actions (default: sample)")
-    test.add_argument("--seed", type=_number(int), default=1)
+    test.add_argument("--seed", type=number_flag(int, 0, SEED_MAX), default=1)
+    _add_allow_import(test)
     test.add_argument(
         "--video",
-        type=_number(int),
+        type=number_flag(int, 0),
         default=0,
         metavar="N",
         help="record the first N episodes of each level as GIFs in <logdir>/videos",
@@ -244,13 +267,26 @@ def build_parser() -> argparse.ArgumentParser:
         description=PLOT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    plot.add_argument("logdirs", nargs="+", metavar="LOGDIR", help="run directories")
-    plot.add_argument("--out", default="progress.png", help="image to write (default: %(default)s)")
     plot.add_argument(
-        "--x", metavar="FIELD", help="one custom panel: this progress.jsonl field on x (frames)"
+        "logdirs", nargs="+", type=text_flag, metavar="LOGDIR", help="run directories"
     )
     plot.add_argument(
-        "--y", metavar="FIELD", help="one custom panel: this field on y (episode_return)"
+        "--out",
+        type=text_flag,
+        default="progress.png",
+        help="image to write (default: %(default)s)",
+    )
+    plot.add_argument(
+        "--x",
+        type=text_flag,
+        metavar="FIELD",
+        help="one custom panel: this progress.jsonl field on x (frames)",
+    )
+    plot.add_argument(
+        "--y",
+        type=text_flag,
+        metavar="FIELD",
+        help="one custom panel: this field on y (episode_return)",
     )
     return parser
 

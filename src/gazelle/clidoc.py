@@ -33,6 +33,9 @@ field is saved in the run's `config.json`. `--algo impala | a3c | appo` picks th
 (unset: a named preset's, impala for impala-paper and a3c for universe-starter; else appo
 when every level is a ViZDoom scenario, impala otherwise); a flag that two
 algorithm sections share (such as `--learning-rate`) sets the section of the one that runs.
+`--allow-import MODULE` (repeatable, not a config field) lets a resumed run's saved torso
+(`module:attr`) or env (`module:EnvId`) import MODULE: a run folder imports nothing the
+command line does not name.
 """
 
 

@@ -11,14 +11,19 @@ human-normalised score where the levels have reference scores, and writes
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
 
 from gazelle import checkpoint
 from gazelle.envs.action_spaces import native_action
+from gazelle.config import ConfigError
+from gazelle.errors import RunError
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
 from gazelle.video import EpisodeRecorder, clip_name, save_gif
@@ -77,7 +82,10 @@ def run_episodes(
                 if recorder is not None:
                     recorder.frame(len(returns))
             if steps > MAX_STEPS_PER_EPISODE * episodes:
-                raise RuntimeError(f"test: no episode ended in {steps} steps")
+                raise RunError(
+                    f"no episode ended in {steps} steps ({MAX_STEPS_PER_EPISODE:,} per episode "
+                    "allowed): the env never terminates or truncates"
+                )
     return returns
 
 
@@ -88,6 +96,7 @@ def evaluate(
     seed: int = 1,
     verbose: bool = True,
     video: int = 0,
+    allow_imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluate the checkpoint in `logdir`; returns (and writes) the results dict.
 
@@ -99,6 +108,10 @@ def evaluate(
         verbose: print the returns, the score and where the results went.
         video: record the first `video` episodes of each level as GIFs in `logdir/videos`
             (their paths, relative to `logdir`, go into each level's `videos`).
+        allow_imports: modules the run's saved torso (`module:attr`) or env
+            (`module:EnvId`) may import; any other module it names and that this process
+            has not imported is refused (`gazelle.algorithms.imports`): a run folder is
+            data, not code.
 
     Returns:
         `{"levels": {level: {"mean_return", "std_return", "returns"[, "videos"]}},
@@ -109,21 +122,32 @@ def evaluate(
 
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
     must be registered in this process too (test mode runs here, in no child process).
+
+    Raises (each one line, before any episode): `ConfigError` for a bad argument, an env
+    that cannot be made here or a module the run would import unasked; `CheckpointError`
+    for a checkpoint that is not a gazelle run's or whose weights do not fit its config.
     """
     from gazelle.algorithms.common import agent_obs_spec, env_kwargs
-    from gazelle.algorithms.runstate import saved_config
+    from gazelle.algorithms.imports import check_saved
     from gazelle.envs import default_action_repeats, expand_levels, obs_spec, scores
     from gazelle.models import build_agent
 
+    _check_arguments(episodes, seed, video)
     logdir = Path(logdir)
-    state = checkpoint.load(logdir / "checkpoint.pt")
+    path = logdir / "checkpoint.pt"
+    state = checkpoint.load(path)
+    config = _saved_config(state, path)
+    check_saved(config, logdir, allow_imports)
+    _check_writable(logdir / RESULTS_FILE)
     trained_by = read_provenance(logdir)
     if verbose and trained_by is not None:
         versions = ", ".join(f"{k} {v}" for k, v in trained_by["versions"].items() if v)
         commit = trained_by.get("git_commit") or "not from a git checkout"
         print(f"trained with {versions}; code {commit}")
-    config = saved_config(state["config"])
-    levels = expand_levels(config.env.id, test_mode=True)
+    try:
+        levels = expand_levels(config.env.id, test_mode=True)
+    except ValueError as err:
+        raise _env_error(config.env.id, err) from err
     torch.manual_seed(seed)
     results: dict[str, Any] = {
         "episodes_per_level": episodes,
@@ -134,10 +158,13 @@ def evaluate(
     }
     agent = None
     level_returns: dict[str, list[float]] = {}
-    if video < 0:
-        raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
     for index, level in enumerate(levels):
-        env = _make_env(level, seed + index, env_kwargs(config), video > 0)
+        try:
+            env = _make_env(level, seed + index, env_kwargs(config), video > 0)
+        except (ValueError, ImportError, gymnasium.error.Error) as err:
+            if str(err).startswith("--"):
+                raise
+            raise _env_error(level, err) from err
         recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
             if agent is None:
@@ -149,11 +176,18 @@ def evaluate(
                 # why: a multi-task PopArt agent has a value output per training level.
                 head = state["agent"].get("baseline.weight")
                 levels_out = 1 if head is None else int(head.shape[0])
-                agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
-                                    last_action_reward=inputs is not False,
-                                    num_levels=levels_out,
-                                    **config.model.agent_options())  # fmt: skip
-                agent.load_state_dict(state["agent"])
+                try:
+                    agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
+                                        last_action_reward=inputs is not False,
+                                        num_levels=levels_out,
+                                        **config.model.agent_options())  # fmt: skip
+                    agent.load_state_dict(state["agent"])
+                except (ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:
+                    first = (str(err).strip().splitlines() or [""])[0][:200]
+                    raise checkpoint.CheckpointError(
+                        f"checkpoint {path}: its agent cannot be built from its config, or "
+                        f"its weights do not fit it ({type(err).__name__}: {first})"
+                    ) from err
                 agent.eval()
             returns = run_episodes(
                 agent,
@@ -203,10 +237,72 @@ def evaluate(
             )
     except (KeyError, ValueError):
         pass  # levels without human/random reference scores
-    (logdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    try:
+        (logdir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    except OSError as err:
+        raise ConfigError(
+            "logdir", str(logdir), "a run directory this user can write", problem=str(err)
+        ) from err
     if verbose:
         print(f"wrote {logdir / RESULTS_FILE}")
     return results
+
+
+def _check_arguments(episodes: int, seed: int, video: int) -> None:
+    """The numbers of a test run (the CLI's parser checks them too), as `ConfigError`s."""
+    from gazelle.config.validation import SEED_MAX
+
+    for name, value, low, high in (
+        ("episodes", episodes, 1, 10**9),
+        ("seed", seed, 0, SEED_MAX),
+        ("video", video, 0, 10**9),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(name, value, f"an integer in [{low}, {high}]")
+
+
+def _saved_config(state: dict[str, Any], path: Path) -> Any:
+    """The config a checkpoint holds, or `CheckpointError` (one line) for one that holds
+    no gazelle run (no config, frames or weights)."""
+    from gazelle.algorithms.runstate import saved_config
+
+    missing = [key for key in ("config", "frames", "agent") if key not in state]
+    if missing:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path} holds no {' or '.join(repr(k) for k in missing)}: not one "
+            "that gazelle train wrote"
+        )
+    try:
+        return saved_config(dict(state["config"]))
+    except (ConfigError, TypeError, ValueError) as err:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path}: its config does not load ({err})"
+        ) from err
+
+
+def _check_writable(path: Path) -> None:
+    """`path` (the results file) can be written: refused before any episode runs."""
+    problem = None
+    if path.is_dir():
+        problem = f"{path} is a directory"
+    elif not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        problem = f"{path} cannot be written"
+    if problem is not None:
+        raise ConfigError(
+            "logdir", str(path.parent), "a run directory this user can write", problem=problem
+        )
+
+
+def _env_error(level: str, err: BaseException) -> ConfigError:
+    """A trained run's env that this process cannot make (unknown here, registered only in
+    the process that trained it, or missing its package)."""
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    return ConfigError(
+        "logdir",
+        level,
+        "a run whose env this process can make (register or install it here first)",
+        problem=f"the run's env {level!r} cannot be made here ({first})",
+    )
 
 
 def _make_env(level: str, seed: int, kwargs: dict[str, Any], render: bool) -> Any:

@@ -8,6 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from gazelle.algorithms import runlock
 from gazelle.algorithms.runstate import saved_config
 from gazelle.config import Config, ConfigError
 from gazelle.types import FRAME, IMAGE, ObsSpec
@@ -54,7 +55,9 @@ def check_torso(config: Config, spec: ObsSpec) -> None:
 
 
 def check_logdir(config: Config) -> None:
-    """The logdir can be written, and (when resuming) holds no other run's checkpoint."""
+    """The logdir can be written, no other live run uses it (this run takes its lock:
+    `gazelle.algorithms.runlock`; the loop gives it back at the end), and (when resuming)
+    it holds no other run's checkpoint."""
     logdir = Path(config.run.logdir)
     try:
         logdir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +67,7 @@ def check_logdir(config: Config) -> None:
         raise ConfigError(
             "logdir", str(logdir), f"a directory this user can create and write ({err.strerror})"
         ) from err
+    runlock.acquire(logdir)  # bounded: flock with LOCK_NB, it never waits
     saved_path = logdir / "config.json"
     if not (config.run.resume and (logdir / "checkpoint.pt").exists() and saved_path.exists()):
         return
@@ -87,12 +91,13 @@ def check_logdir(config: Config) -> None:
 
 
 def check_wandb(config: Config) -> None:
-    """With --wandb: a known --wandb-mode, and the wandb package importable."""
+    """A known --wandb-mode; with --wandb, the wandb package importable."""
     run = config.run
-    if not run.wandb:
-        return
+    # why: a bad mode is refused with or without --wandb, never silently ignored
     if run.wandb_mode is not None and run.wandb_mode not in WANDB_MODES:
         raise ConfigError("wandb_mode", run.wandb_mode, " | ".join(WANDB_MODES))
+    if not run.wandb:
+        return
     try:
         import wandb  # noqa: F401 - only whether it imports
     except ImportError as err:

@@ -201,7 +201,8 @@ def write_config(logdir: Path, config: Config) -> None:
     came from (versions, git commit) as `provenance.json`."""
     from gazelle.provenance import write_provenance
 
-    (logdir / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    # why: a resume reads it back (the CLI's `saved_run`): never a torn one
+    checkpoint.write_text(logdir / CONFIG_FILE, json.dumps(config.to_dict(), indent=2) + "\n")
     write_provenance(logdir)
 
 

@@ -44,6 +44,7 @@ class BackendRequest:
         cluster_address: a cluster to join (Ray); None: this machine.
         cpus_per_actor: CPUs each actor declares to the cluster's scheduler (Ray).
         dashboard: start a private Ray instance with its dashboard (Ray).
+        allow_tokenless: join a cluster that answers clients without a token (Ray).
     """
 
     actors: list[ActorSpec]
@@ -58,6 +59,7 @@ class BackendRequest:
     cluster_address: str | None = None
     cpus_per_actor: float = 1.0
     dashboard: bool = False
+    allow_tokenless: bool = False
 
 
 @dataclass
@@ -86,6 +88,7 @@ class WorkerRequest:
         cluster_address: a cluster to join (Ray); None: this machine.
         cpus_per_actor: CPUs each worker declares to the cluster's scheduler (Ray).
         dashboard: start a private Ray instance with its dashboard (Ray).
+        allow_tokenless: join a cluster that answers clients without a token (Ray).
     """
 
     work: Work
@@ -97,6 +100,7 @@ class WorkerRequest:
     cluster_address: str | None = None
     cpus_per_actor: float = 1.0
     dashboard: bool = False
+    allow_tokenless: bool = False
 
 
 @dataclass

@@ -14,7 +14,6 @@ line::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -167,10 +166,18 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: print the table, then the JSON line. A bad flag value exits 2 with one
     line naming the flag."""
-    parser = argparse.ArgumentParser(prog="gazelle bench env", description=__doc__.split("\n")[0])
-    parser.add_argument("--env", default="ALE/Pong-v5", help="env spec (gazelle.envs.make)")
-    parser.add_argument("--envs", type=int, default=32, help="envs in the SerialEnvs batch")
-    parser.add_argument("--seconds", type=float, default=10.0, help="wall time per row")
+    from gazelle.config.flags import OneLineParser, number_flag, text_flag
+
+    parser = OneLineParser(prog="gazelle bench env", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--env", type=text_flag, default="ALE/Pong-v5", help="env spec (gazelle.envs.make)"
+    )
+    parser.add_argument(
+        "--envs", type=number_flag(int, 1), default=32, help="envs in the SerialEnvs batch"
+    )
+    parser.add_argument(
+        "--seconds", type=number_flag(float, above=0), default=10.0, help="wall time per row"
+    )
     args = parser.parse_args(argv)
     try:
         result = run(args.env, args.seconds, args.envs)

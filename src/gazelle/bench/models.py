@@ -222,14 +222,50 @@ def run(
     return report
 
 
+def _torsos(text: str) -> list[str]:
+    """`--torsos`: comma-separated built-in torso names, at least one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TORSOS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}; allowed: comma-separated names of {' | '.join(TORSOS)}"
+        )
+    return names
+
+
+def _batch_sizes(text: str) -> list[int]:
+    """`--batch-sizes`: comma-separated positive integers, at least one."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1 or max(sizes) > 1_000_000:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}; allowed: comma-separated integers in [1, 1000000]"
+        )
+    return sizes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: `python -m gazelle.bench.models [--torsos deep,shallow] ...`."""
-    parser = argparse.ArgumentParser(prog="gazelle bench models", description=__doc__)
-    parser.add_argument("--torsos", default=",".join(TORSOS), help="comma-separated names")
-    parser.add_argument("--batch-sizes", default="1,16,64", help="acting batch sizes")
-    parser.add_argument("--unroll-length", type=int, default=20, help="learner T")
-    parser.add_argument("--learner-batch", type=int, default=32, help="learner B")
-    parser.add_argument("--seconds-per-case", type=float, default=1.0)
+    from gazelle.config.flags import OneLineParser, number_flag
+
+    count = number_flag(int, 1)
+    parser = OneLineParser(prog="gazelle bench models", description=__doc__)
+    parser.add_argument(
+        "--torsos", type=_torsos, default=",".join(TORSOS), help="comma-separated names"
+    )
+    parser.add_argument(
+        "--batch-sizes", type=_batch_sizes, default="1,16,64", help="acting batch sizes"
+    )
+    parser.add_argument("--unroll-length", type=count, default=20, help="learner T")
+    parser.add_argument("--learner-batch", type=count, default=32, help="learner B")
+    parser.add_argument(
+        "--seconds-per-case",
+        type=number_flag(float, 0),
+        default=1.0,
+        help="time per measurement, after one warm-up call (0: that one call)",
+    )
     parser.add_argument("--precision", choices=list(PRECISIONS), default="both")
     parser.add_argument(
         "--channels-last",
@@ -237,11 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="input memory layout of the conv torsos (auto: each torso's measured choice)",
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: per core)")
+    parser.add_argument("--threads", type=count, default=1, help="torch threads (1: per core)")
     args = parser.parse_args(argv)
     run(
-        torsos=[name.strip() for name in args.torsos.split(",") if name.strip()],
-        batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
+        torsos=args.torsos,
+        batch_sizes=args.batch_sizes,
         unroll_length=args.unroll_length,
         learner_batch=args.learner_batch,
         seconds_per_case=args.seconds_per_case,

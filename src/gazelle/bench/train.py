@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from gazelle.algorithms import runlock
 from gazelle.bench.parts import limit, measure_parts
-from gazelle.config import Config, algorithm_fields, registry
+from gazelle.config import Config, algorithm_fields, registry, validate
 
 WARMUP_FRACTION = 0.25
 #: A learner busy at least this fraction of its time limits the run; below, the actors do.
@@ -52,7 +53,11 @@ def run(
     """Measure parts, then train for `seconds`; returns the JSON-able result."""
 
     cores = cores or os.cpu_count() or 1
-    parts = measure_parts(config, part_seconds)  # the algorithm's (`Algorithm.measure_parts`)
+    # why: the parts are measured on a run that writes nothing; its logdir is a throwaway
+    with tempfile.TemporaryDirectory(prefix="gazelle-bench-parts-") as scratch:
+        # the algorithm's (`Algorithm.measure_parts`)
+        parts = measure_parts(config.replace(logdir=scratch), part_seconds)
+        runlock.release(scratch)  # why: taken by the parts' preflight; the run is over
     resolved: Config = parts["config"]
     # why: train with the actors the parts' build chose (a layout left unset is measured
     # at start-up, and a second measurement could choose differently from the one reported)
@@ -192,14 +197,19 @@ def table(out: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `gazelle bench [train]` (also rendered into docs/cli.md)."""
-    parser = argparse.ArgumentParser(
+    from gazelle.config.flags import OneLineParser, number_flag, text_flag
+
+    count = number_flag(int, 1)
+    parser = OneLineParser(
         prog="gazelle bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--algo", default="impala", help="impala | a3c")
-    parser.add_argument("--env", default="ALE/Pong-v5")
-    parser.add_argument("--model", default=None, help="default: shallow (impala), universe (a3c)")
+    parser.add_argument("--algo", type=text_flag, default="impala", help="impala | a3c")
+    parser.add_argument("--env", type=text_flag, default="ALE/Pong-v5")
+    parser.add_argument(
+        "--model", type=text_flag, default=None, help="default: shallow (impala), universe (a3c)"
+    )
     parser.add_argument(
         "--use-lstm",
         action=argparse.BooleanOptionalAction,
@@ -207,25 +217,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the env family's preset (off for Atari)",
     )
     parser.add_argument(
-        "--num-actors", type=int, default=None, help="default: the cores but one (at least 2)"
+        "--num-actors", type=count, default=None, help="default: the cores but one (at least 2)"
     )
-    parser.add_argument("--envs-per-actor", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--unroll-length", type=int, default=None)
-    parser.add_argument("--inference", default="auto", help="auto | local | central")
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--learner-threads", type=int, default=None)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--envs-per-actor", type=count, default=None)
+    parser.add_argument("--batch-size", type=count, default=None)
+    parser.add_argument("--unroll-length", type=count, default=None)
+    parser.add_argument(
+        "--inference", type=text_flag, default="auto", help="auto | local | central"
+    )
+    parser.add_argument("--precision", type=text_flag, default="fp32")
+    parser.add_argument("--learner-threads", type=count, default=None)
+    parser.add_argument(
+        "--device", type=text_flag, default="auto", help="auto | cpu | cuda | cuda:N"
+    )
     parser.add_argument(
         "--backend",
+        type=text_flag,
         default="local",
         help="local | ray (ray: also trains with local, and prints the ratio)",
     )
-    parser.add_argument("--ray-address", default=None, help="ray: the cluster to join")
-    parser.add_argument("--seconds", type=float, default=60.0, help="training wall time")
+    parser.add_argument(
+        "--ray-address", type=text_flag, default=None, help="ray: the cluster to join"
+    )
+    parser.add_argument(
+        "--seconds", type=number_flag(float, above=0), default=60.0, help="training wall time"
+    )
     parser.add_argument(
         "--part-seconds",
-        type=float,
+        type=number_flag(float, above=0),
         default=4.5,
         help="seconds to measure each part alone (in 3 interleaved rounds; the best counts)",
     )
@@ -233,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from gazelle.algorithms.common import probe
+
     args = build_parser().parse_args(argv)
     values = dict(
         algo=args.algo,
@@ -253,4 +274,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         values.update(batch_size=args.batch_size, inference=args.inference)
     # why: flags left out keep the config's default (for A3C, fields are not optional)
     config = Config.from_flat({k: v for k, v in values.items() if v is not None})
+    # why: every bad flag (an env that cannot be made too) is one line before anything is
+    # measured
+    validate(config)
+    probe(config)
     run(config, seconds=args.seconds, part_seconds=args.part_seconds)

@@ -126,6 +126,10 @@ class ActorConfig:
     ray_dashboard: bool = False
     """Ray backend: start the private Ray instance with its dashboard (on 127.0.0.1:8265);
     off by default, as it lets anyone who can reach it run code on the cluster."""
+    ray_allow_tokenless: bool = False
+    """Ray backend: join a --ray-address cluster (or use a Ray connection made before the
+    run) that answers clients without a token, with a warning; off: such a cluster is
+    refused, as anyone who can reach it can run code on its nodes."""
     num_actors: int | None = None
     """Actor processes; None: IMPALA on a CPU learner measures what an agent step costs in
     acting and in learning at start-up and gives the actors their share of the cores (the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gazelle import registrations
-from gazelle.config import registry
+from gazelle.config import finite, registry
 from gazelle.config.core import Config
 from gazelle.config.errors import ConfigError
 
@@ -22,6 +22,8 @@ ACTIVATION_CHOICES = ("relu", "elu")
 TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 LOG_STD_CHOICES = ("parameter", "state")
 ACTION_BOUNDS_CHOICES = ("clip", "tanh")
+#: The largest --seed: numpy's seeds end at 2**32 - 1, and actor i's is --seed + i.
+SEED_MAX = 2**31 - 1
 
 
 class _Checks:
@@ -60,7 +62,9 @@ class _Checks:
 def validate(config: Config) -> Config:
     """Check every field of the common sections and of the algorithm that runs; returns
     `config` unchanged."""
+    finite.check(config)  # why: first, so that NaN never reaches a `<=` that lets it by
     check = _Checks(config)
+    check.in_range("seed", 0, SEED_MAX)
     env = config.env.id
     if not isinstance(env, str) or not env.strip():
         raise ConfigError("env", env, "a Gymnasium id, a comma-separated list, or dmlab30")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,32 @@ def _import_module(name: str, spec: str) -> None:
         importlib.import_module(name)
     except ImportError as error:
         raise ValueError(f"env spec {spec!r}: cannot import module {name!r} ({error})") from error
+
+
+def imports_of(spec: str) -> list[str]:
+    """The modules that making `spec` (any spec `expand_levels` takes) would import and
+    that are not imported yet: the `module` of `module:EnvId`, the namespace of
+    `module/EnvId` when Gymnasium does not know that id. Imports nothing but gazelle's own
+    env families (Atari, MiniGrid)."""
+    _register_known()
+    needed: list[str] = []
+    for part in expand_levels(spec):
+        if part.startswith(DMLAB_PREFIX):
+            continue
+        env_id = part.strip()
+        if ":" in env_id:
+            module, env_id = env_id.split(":", 1)
+            needed.append(module)
+        namespace = env_id.split("/", 1)[0] if "/" in env_id else ""
+        # why: `resolve` imports a namespace it can find; find_spec of a dotted name would
+        # import its parent, so a dotted one counts without asking.
+        if (
+            env_id not in gymnasium.registry
+            and namespace
+            and ("." in namespace or importlib.util.find_spec(namespace) is not None)
+        ):
+            needed.append(namespace)
+    return [m for m in dict.fromkeys(needed) if m and m not in sys.modules]
 
 
 def resolve(spec: str) -> Resolved:

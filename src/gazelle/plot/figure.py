@@ -143,6 +143,14 @@ def build_figure(
     if not logdirs:
         raise PlotError("plot needs at least one run directory")
     runs = [load_run(d) for d in logdirs]
+    for flag, field in (("x", x), ("y", y)):
+        # why: a field no row has is a typo in the flag (exit 2), not a run without data yet
+        if field is not None and not any(field in row for run in runs for row in run.rows):
+            known = sorted({k for run in runs for row in run.rows for k in row})
+            raise PlotError(
+                f"--{flag}: invalid value {field!r}; allowed: a field of progress.jsonl "
+                f"({', '.join(known[:8])}{', ...' if len(known) > 8 else ''})"
+            )
     groups = group_seeds(runs)
     if x is None and y is None:
         panels = [("frames", RETURN), ("time", RETURN)]
@@ -200,10 +208,14 @@ def plot(
     """
     out = Path(out)
     kind = out.suffix[1:].lower() or "png"
-    fig = build_figure(logdirs, x, y, size=size)
-    if kind not in fig.canvas.get_supported_filetypes():
-        known = ", ".join(sorted(fig.canvas.get_supported_filetypes()))
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if kind not in supported:
+        known = ", ".join(sorted(supported))
         raise PlotError(f"--out {out}: cannot write .{kind} files; allowed: {known}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI, format=kind)
+    fig = build_figure(logdirs, x, y, size=size)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=DPI, format=kind)
+    except OSError as err:
+        raise PlotError(f"--out {out}: cannot write it ({err.strerror or err})") from err
     return fig

@@ -160,7 +160,14 @@ class Prefetcher:
                 if self._stop.is_set():
                     return
         except BaseException as err:
-            self._queue.put(err)
+            # why: the queue may hold a batch the loop has not taken; wait for room, but
+            # never past a stop (the loop may be gone)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(err, timeout=0.5)
+                    return
+                except queue.Full:
+                    continue
 
     def get(self, timeout: float) -> dict[str, torch.Tensor]:
         item = self._queue.get(timeout=timeout)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gazelle.algorithms import runlock
 from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
 from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
 from gazelle.algorithms.a3c.worker import TrainerSettings, run_worker, trainer_settings
@@ -160,6 +161,7 @@ def train(
         )
         logger.console_line(run.frames, fps, force=True, actor_restarts=telemetry.restarts)
         warn_on_error("closing the logs", logger.close)
+        runlock.release(logdir)  # why: last: the run's files are written and closed
     return TrainResult(
         frames=run.frames,
         updates=run.steps,
@@ -293,6 +295,7 @@ def _workers(
         cluster_address=actors.ray_address,
         cpus_per_actor=actors.ray_actor_cpus,
         dashboard=actors.ray_dashboard,
+        allow_tokenless=actors.ray_allow_tokenless,
     )
     workers = build_workers(actors.backend, request)
     return workers.server, workers.fleet

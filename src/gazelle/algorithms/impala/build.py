@@ -239,6 +239,7 @@ def build(
         cluster_address=config.actors.ray_address,
         cpus_per_actor=config.actors.ray_actor_cpus,
         dashboard=config.actors.ray_dashboard,
+        allow_tokenless=config.actors.ray_allow_tokenless,
     )
     transport = build_backend(config.actors.backend, request)
     return ImpalaRun(config, found, device, agent, learner.optimizer, learner, transport)

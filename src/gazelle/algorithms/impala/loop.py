@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from gazelle.algorithms import runlock
 from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
 from gazelle.algorithms.impala.report import (
     console_extras,
@@ -177,6 +178,7 @@ def train(
         warn_on_error("the last progress row", lambda: logger.progress(state.frames, fps, metrics))
         logger.console_line(state.frames, fps, force=True, **console_extras(state, telemetry))
         warn_on_error("closing the logs", logger.close)
+        runlock.release(logdir)  # why: last: the run's files are written and closed
     return TrainResult(
         frames=state.frames,
         updates=state.updates,

@@ -29,7 +29,7 @@ def build(request: BackendRequest) -> Transport:
             f"{capacity} (num_actors x envs_per_actor x slots_per_env); allowed: at most "
             f"{capacity}, or raise --num-actors / --envs-per-actor"
         )
-    owns = connect(request.cluster_address, request.dashboard)
+    owns = connect(request.cluster_address, request.dashboard, request.allow_tokenless)
     check_room(len(request.actors), request.cpus_per_actor)
     from gazelle.backends.ray.fleet import RayFleet
     from gazelle.backends.ray.params import RayParams
@@ -66,7 +66,7 @@ RAY = Backend(
     name="ray",
     build=build,
     build_workers=build_workers,
-    own_flags=("ray_address", "ray_dashboard"),
+    own_flags=("ray_address", "ray_dashboard", "ray_allow_tokenless"),
     # why: the cluster's cores are not this machine's; the layout rule cannot measure them.
     on_this_machine=False,
     # why: an actor with one unroll call in flight would idle for each round trip.

@@ -56,7 +56,7 @@ class Heartbeat:
                 )
             return
         try:
-            self.last = ray.get(self._ref)
+            self.last = ray.get(self._ref)  # ready: ray.wait found it answered
             self._answered = True
         except ray.exceptions.RayError as error:
             reason = str(error).strip().splitlines()

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from gazelle.backends.local.layout import SlotLayout, is_state
+from gazelle.backends.ray.params import FETCH_TIMEOUT_S
 from gazelle.models import state_size
 from gazelle.registrations import Registrations
 from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
@@ -74,7 +75,7 @@ class RefParams:
             return have_version
         import ray
 
-        flat = ray.get(self._ref)
+        flat = ray.get(self._ref, timeout=FETCH_TIMEOUT_S)
         load_flat(module, torch.from_numpy(np.array(flat)))
         return self._version
 

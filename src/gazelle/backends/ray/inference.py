@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from gazelle import registrations
+from gazelle.backends.ray.params import FETCH_TIMEOUT_S
 from gazelle.models import Agent
 from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import PolicyStopped
@@ -74,7 +75,7 @@ class InferenceHost:
         if self.error is not None:
             raise ServerFailed(self.error)
         request = _Request(inputs, count)
-        self._queue.put(request)
+        self._queue.put(request)  # bounded: the queue has no size limit, never full
         # why: bounded; the caller's own timeout is the real one (RayInferenceClient).
         while not request.done.wait(1.0):
             if self.error is not None:
@@ -96,7 +97,8 @@ class InferenceHost:
         import ray
 
         ref, version = self._weights
-        load_flat(self.agent, torch.from_numpy(np.asarray(ray.get(ref))))
+        flat = ray.get(ref, timeout=FETCH_TIMEOUT_S)
+        load_flat(self.agent, torch.from_numpy(np.asarray(flat)))
         self.version = version
 
     def _serve_guarded(self) -> None:
@@ -116,6 +118,8 @@ class InferenceHost:
     def _serve(self) -> None:
         with torch.inference_mode():
             while True:
+                # why: idle until a request comes (no caller waits on it meanwhile); the
+                # bounded: thread ends with its actor, killed at the end of the run
                 batch = [self._queue.get()]
                 rows = batch[0].count
                 deadline = time.monotonic() + self.max_wait_s

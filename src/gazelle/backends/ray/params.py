@@ -11,6 +11,10 @@ from torch import nn
 
 from gazelle.runtime.weights import flatten
 
+#: The longest wait for the weights' object (an actor's, the inference server's): a fetch
+#: that stalls this long raises (the caller is then replaced, or the server fails the run).
+FETCH_TIMEOUT_S = 120.0
+
 
 class RayParams:
     """The learner's `ParamPublisher`: `publish` keeps a CPU copy; the pump `ray.put`s it

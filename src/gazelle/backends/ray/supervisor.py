@@ -66,6 +66,7 @@ class Supervisor:
         self.spawned = [time.monotonic()] * n
         self.pending = [False] * n
         self.respawn_at: list[float | None] = [None] * n
+        self._all_started = False
 
     def spawn(self, index: int) -> None:
         handle = self._make(index, self.restarts[index])
@@ -97,6 +98,13 @@ class Supervisor:
             waited = time.monotonic() - self.spawned[index]
             event = {"type": "actor_placed", "actor": self.ids[index], "waited_s": waited}
         self.pending[index] = False
+        if not self._all_started and not self.starting and None not in self.handles:
+            from gazelle.backends.ray.cluster import after_start
+
+            # why: once, when every actor's process runs: a private instance's workers
+            # listen too, and are checked as its other processes were at start-up.
+            self._all_started = True
+            after_start()
         return index, event, None
 
     def _room(self) -> bool:

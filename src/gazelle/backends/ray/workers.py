@@ -90,9 +90,19 @@ def build_workers(request: WorkerRequest) -> Workers:
 
     ray = require_ray()
     specs = request.specs
-    owns = connect(request.cluster_address, request.dashboard)
+    owns = connect(request.cluster_address, request.dashboard, request.allow_tokenless)
     check_room(len(specs), request.cpus_per_actor, "workers")
-    host = ray.remote(num_cpus=0)(ParameterServerHost).remote(request.agent, request.make_server)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # why: on the driver's node, as the central inference server: it holds the run's
+    # weights and Adam's moments, so it must not go with another node (it goes with the
+    # driver's, when the run is over anyway)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    host = (
+        ray.remote(num_cpus=0)(ParameterServerHost)
+        .options(scheduling_strategy=here)
+        .remote(request.agent, request.make_server)
+    )
     server = RayParameterServer(host, timeout_s=request.actor_timeout_s)
     fleet = RayWorkerFleet(
         request.work, specs, server, request.settings, request.cpus_per_actor,
@@ -200,13 +210,14 @@ class RayWorkerFleet:
         done, _ = ray.wait([self.runs[index]], timeout=0)
         if done:
             try:
-                ray.get(done[0])
+                ray.get(done[0])  # ready: ray.wait found it done
                 message = "the worker loop returned"
             except ray.exceptions.RayTaskError as error:
                 message = str(error)[-2000:]
                 events.append({"type": "actor_crash", "actor": actor_id, "message": message})
             except ray.exceptions.RayError as error:  # process died, node left ...
                 message = f"the worker's process died: {first_line(error)}"
+                self._restart_hang_clocks(now)
             return [*events, self._replace(index, message)]
         pending = self._drains[index]
         if pending is None:
@@ -217,7 +228,7 @@ class RayWorkerFleet:
         if answered:
             self._drains[index] = None
             try:
-                new, silent = ray.get(ref)
+                new, silent = ray.get(ref)  # ready: ray.wait found it answered
             except ray.exceptions.RayError:
                 return events  # its run() reports the death on the next poll
             events += new
@@ -229,6 +240,14 @@ class RayWorkerFleet:
             events.append({"type": "actor_hung", "actor": actor_id, "silent_s": self.silent[index]})
             events.append(self._replace(index, "hung"))
         return events
+
+    def _restart_hang_clocks(self, now: float) -> None:
+        """Every outstanding drain counts from `now` (see `RayFleet._restart_hang_clocks`:
+        a lost process or node stalls the cluster's calls for seconds; not the survivors'
+        silence)."""
+        for index, pending in enumerate(self._drains):
+            if pending is not None:
+                self._drains[index] = (pending[0], now)
 
     def check(self) -> None:
         """Raise `RunError` if the parameter server failed or went silent (never blocks)."""
@@ -277,4 +296,6 @@ class RayWorkerFleet:
         self.server.handle = None
         self.runs = [None] * len(self.runs)
         if self.owns_ray:
-            self._ray.shutdown()
+            from gazelle.backends.ray.cluster import disconnect
+
+            disconnect()
