@@ -102,8 +102,8 @@ def test_continuous_actions_rejected_naming_space() -> None:
 
 
 def test_unsupported_obs_space_named() -> None:
-    toy = _Toy(spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2))
-    with pytest.raises(ValueError, match=r"unsupported observation space Tuple"):
+    toy = _Toy(spaces.Sequence(spaces.Discrete(2)), spaces.Discrete(2))
+    with pytest.raises(ValueError, match=r"unsupported observation space Sequence\(Discrete"):
         GymAdapter(toy)
 
 

@@ -63,6 +63,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["preset"] = env.atari_frames
     if env.raw_obs:
         kwargs["preset"] = "raw"  # why: every family's make takes it: the generic adapter
+    if env.image_layout != "auto":
+        kwargs["image_layout"] = env.image_layout
     return kwargs
 
 

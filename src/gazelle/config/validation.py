@@ -21,6 +21,8 @@ ACTIVATION_CHOICES = ("relu", "elu")
 #: (`gazelle.models.torsos.WITH_ACTIVATION`).
 TORSO_ACTIVATIONS = {"deep": "relu", "shallow": "relu", "nature": "relu", "universe": "elu"}
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
+#: `gazelle.envs.observations.IMAGE_LAYOUTS`.
+IMAGE_LAYOUT_CHOICES = ("auto", "hwc", "chw")
 
 
 class _Checks:
@@ -108,6 +110,7 @@ def validate(config: Config) -> Config:
     ):
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
     check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
+    check.choice("image_layout", IMAGE_LAYOUT_CHOICES)
     if config.env.raw_obs and config.env.atari_frames is not None:
         raise ConfigError(
             "raw_obs", True, "off with --atari-frames (that is Atari's preprocessing; raw is none)"

@@ -145,7 +145,8 @@ def make(
             `frame_size`, ...); MiniGrid and ViZDoom `preset="raw"` (the generic adapter);
             ViZDoom `resolution`, `frame_size`, `frame_stack`, `full_action_space`; DMLab
             `width`, `height`, `dataset_path`, `level_cache_dir`, ...; otherwise the
-            Gymnasium id's own keyword arguments.
+            Gymnasium id's own keyword arguments; for an env read by the generic adapter,
+            `image_layout` (auto | hwc | chw: `gazelle.envs.observations`).
     """
     return make_resolved(
         resolve(spec),
@@ -174,6 +175,12 @@ def make_resolved(
 ) -> gymnasium.Env:
     """`make(spec)` for a spec already resolved to `target` (not resolved again)."""
     repeats = num_action_repeats or repeats_for_kind(target.kind)
+    image_layout = kwargs.pop("image_layout", "auto")
+    if image_layout != "auto" and _own_preprocessing(target, kwargs):
+        raise ValueError(
+            f"image_layout applies to envs read by the generic adapter (Gymnasium ids, "
+            f"--raw-obs), not to {spec!r}, whose frames are gazelle's own"
+        )
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
     if target.kind == "atari":
@@ -223,7 +230,16 @@ def make_resolved(
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gymnasium.make(target.name, **kwargs)
-    return GymAdapter(env, num_action_repeats=repeats, seed=seed)
+    return GymAdapter(env, num_action_repeats=repeats, seed=seed, image_layout=image_layout)
+
+
+def _own_preprocessing(target: Resolved, kwargs: dict[str, Any]) -> bool:
+    """Whether `make_resolved` makes `target` with its family's own frames (not through
+    the generic adapter)."""
+    preset = kwargs.get("preset")
+    if target.kind == "atari":
+        return preset != "raw"
+    return target.kind == "dmlab" or (target.kind in ("vizdoom", "minigrid") and preset != "raw")
 
 
 @dataclass(frozen=True)
