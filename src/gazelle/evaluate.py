@@ -101,7 +101,8 @@ def evaluate(
         "episodes_per_level", "greedy", "frames_trained", "provenance"}`, plus
         `mean_level_return` (the mean of the levels' mean returns) with more than one
         level, `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
-        reference scores; the same dict is written to `logdir/test_results.json`.
+        reference scores; the same dict is written to `logdir/test_results.json`. A level
+        that `--env` names more than once is played once.
 
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
     must be registered in this process too (test mode runs here, in no child process).
@@ -132,7 +133,12 @@ def evaluate(
     level_returns: dict[str, list[float]] = {}
     if video < 0:
         raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
+    # why: a level named twice in --env (more actors on it in training) is tested once,
+    # as the level id its first place gives it (the id that place had in training).
+    firsts: dict[str, int] = {}
     for index, level in enumerate(levels):
+        firsts.setdefault(level, index)
+    for level, index in firsts.items():
         env = _make_env(level, seed + index, env_kwargs(config), video > 0)
         recorder = EpisodeRecorder(env, min(video, episodes)) if video > 0 else None
         try:
@@ -174,10 +180,10 @@ def evaluate(
             results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
             if verbose:
                 print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
-    if len(levels) > 1:
+    if len(level_returns) > 1:
         results["mean_level_return"] = scores.mean_level_return(level_returns)
         if verbose:
-            print(f"mean over the {len(levels)} levels: {results['mean_level_return']:.2f}")
+            print(f"mean over the {len(level_returns)} levels: {results['mean_level_return']:.2f}")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
             level_returns, per_level_cap=None

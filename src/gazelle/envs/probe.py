@@ -111,9 +111,16 @@ def _same_levels(first: Resolved, levels: list[str], make_kwargs: dict[str, Any]
     if not make_kwargs["full_action_space"]:
         make_kwargs = {k: v for k, v in make_kwargs.items() if k != "full_action_space"}
     found, actions = _level_spec(first, levels[0], make_kwargs)
-    # why: DMLab levels share one observation config by construction (and load slowly).
-    for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
-        other, other_actions = _level_spec(registry.resolve(level), level, make_kwargs)
+    made_dmlab = first.kind == "dmlab"
+    for level in list(dict.fromkeys(levels))[1:]:
+        target = registry.resolve(level)
+        # why: DMLab levels share one observation and action config by construction (a
+        # `DmLabEnv`'s spaces follow its settings, not its level) and each loads for
+        # seconds, so one is made; a level of any other kind is made and compared.
+        if target.kind == "dmlab" and made_dmlab:
+            continue
+        made_dmlab = made_dmlab or target.kind == "dmlab"
+        other, other_actions = _level_spec(target, level, make_kwargs)
         if other.fields != found.fields:
             raise LevelsDiffer(
                 f"levels with the same observations; {levels[0]} has {_describe(found)}, "
