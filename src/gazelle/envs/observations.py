@@ -162,7 +162,7 @@ def frame_converter(
         if is_image(space):
             return image_converter(name, space, image_layout, guess)
         size = int(np.prod(space.shape))
-        if len(space.shape) >= 3:
+        if len(space.shape) in (3, 4) and np.issubdtype(space.dtype, np.number):
             warn_once(
                 f"observation {name!r} {space}: not read as an image (an infinite bound "
                 f"cannot be scaled to bytes), flattened into a vector of {size}; give the Box "
