@@ -5,6 +5,7 @@ with real Gymnasium envs and wrappers where one exists, small Gymnasium envs els
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -278,6 +279,23 @@ def test_a_bare_text_observation_is_the_instruction():
     zeros = torch.zeros(1, dtype=torch.long), torch.zeros(1), torch.ones(1, dtype=torch.bool)
     out, _ = agent.act(encoded, *zeros, state)
     assert out.policy_logits.shape == (1, 3)
+
+
+@pytest.mark.slow
+def test_a_bare_text_env_trains(small_config):
+    """`gazelle train` on an env whose whole observation is a Text: probed, acted on by the
+    actor processes, trained on and saved: an agent of an instruction encoder and no torso."""
+    import gazelle
+    from gazelle import checkpoint
+    from gazelle.algorithms.impala import train
+
+    gazelle.register_env("ObsTextBandit-v0", TextBandit)
+    config = small_config(env="ObsTextBandit-v0", total_frames=1_000)
+    result = train(config)
+    assert result.frames >= 1_000 and result.episodes > 100  # one-step episodes
+    saved = checkpoint.load(Path(config.run.logdir) / "checkpoint.pt")
+    modules = {name.split(".")[0] for name in saved["agent"]}
+    assert "instruction" in modules and "torso" not in modules
 
 
 def test_a_tuple_is_a_dict_of_its_members():
