@@ -156,15 +156,17 @@ def test_the_layout_flag_is_obeyed_without_a_warning(warnings_said):
         GymAdapter(Scripted(box), image_layout="whc")
 
 
-def test_the_flag_reaches_make_from_the_config_and_is_checked():
-    from gazelle.algorithms.common import env_kwargs
+def test_the_flag_reaches_make_from_the_config_and_is_checked(tmp_path):
+    from gazelle.algorithms.common import env_kwargs, prepare
 
     assert "image_layout" not in env_kwargs(Config.of(env="CartPole-v1"))
     assert env_kwargs(Config.of(env="CartPole-v1", image_layout="chw"))["image_layout"] == "chw"
     with pytest.raises(ConfigError, match="--image-layout: invalid value 'CHW'; allowed: auto"):
         validate(Config.of(env="CartPole-v1", image_layout="CHW"))
-    with pytest.raises(ValueError, match="image_layout applies to envs read by the generic"):
+    with pytest.raises(ValueError, match=r"image_layout: auto with ALE/Pong-v5 \(its frames are"):
         make("ALE/Pong-v5", image_layout="hwc")
+    with pytest.raises(ConfigError, match=r"--image-layout: invalid value 'chw'; allowed: auto"):
+        prepare(Config.of(env="ALE/Pong-v5", image_layout="chw", logdir=str(tmp_path)))
     raw = make("ALE/Pong-v5", preset="raw", image_layout="hwc")
     assert obs_spec(raw).field("frame").shape == (3, 210, 160)
 

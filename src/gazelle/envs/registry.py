@@ -39,6 +39,15 @@ DOOM6 = "doom6"
 _ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
+class NotApplicable(ValueError):
+    """An env setting given for an env it does not apply to; `setting` names it, the
+    message says what is allowed."""
+
+    def __init__(self, setting: str, allowed: str) -> None:
+        super().__init__(f"{setting}: {allowed}")
+        self.setting, self.allowed = setting, allowed
+
+
 @dataclass(frozen=True)
 class Resolved:
     """What a single spec names: `kind` is atari, minigrid, vizdoom, dmlab or gym; `name`
@@ -177,9 +186,10 @@ def make_resolved(
     repeats = num_action_repeats or repeats_for_kind(target.kind)
     image_layout = kwargs.pop("image_layout", "auto")
     if image_layout != "auto" and _own_preprocessing(target, kwargs):
-        raise ValueError(
-            f"image_layout applies to envs read by the generic adapter (Gymnasium ids, "
-            f"--raw-obs), not to {spec!r}, whose frames are gazelle's own"
+        raise NotApplicable(
+            "image_layout",
+            f"auto with {spec} (its frames are gazelle's own; hwc and chw are for envs read "
+            "by the generic adapter: Gymnasium ids, --raw-obs)",
         )
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
