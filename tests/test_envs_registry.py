@@ -82,8 +82,8 @@ def test_action_repeats_sum_rewards_and_stop_at_end() -> None:
 
 
 def test_unsupported_obs_space_named() -> None:
-    toy = _Toy(spaces.Tuple([spaces.Discrete(2)]), spaces.Discrete(2))
-    with pytest.raises(ValueError, match=r"unsupported observation space Tuple"):
+    toy = _Toy(spaces.Sequence(spaces.Discrete(2)), spaces.Discrete(2))
+    with pytest.raises(ValueError, match=r"unsupported observation space Sequence\(Discrete"):
         GymAdapter(toy)
 
 

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from gazelle import checkpoint
-from gazelle.envs.action_spaces import native_action
 from gazelle.config import ConfigError
+from gazelle.envs.action_spaces import native_action
 from gazelle.errors import RunError
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
@@ -118,7 +118,8 @@ def evaluate(
         "episodes_per_level", "greedy", "frames_trained", "provenance"}`, plus
         `mean_level_return` (the mean of the levels' mean returns) with more than one
         level, `human_normalized_no_cap` / `human_normalized_cap_100` where the levels have
-        reference scores; the same dict is written to `logdir/test_results.json`.
+        reference scores; the same dict is written to `logdir/test_results.json`. A level
+        that `--env` names more than once is played once.
 
     A torso or env registered by name (`gazelle.register_torso`, `gazelle.register_env`)
     must be registered in this process too (test mode runs here, in no child process).
@@ -158,7 +159,14 @@ def evaluate(
     }
     agent = None
     level_returns: dict[str, list[float]] = {}
+    if video < 0:
+        raise ValueError(f"--video: invalid value {video}; allowed: 0 or more episodes")
+    # why: a level named twice in --env (more actors on it in training) is tested once,
+    # as the level id its first place gives it (the id that place had in training).
+    firsts: dict[str, int] = {}
     for index, level in enumerate(levels):
+        firsts.setdefault(level, index)
+    for level, index in firsts.items():
         try:
             env = _make_env(level, seed + index, env_kwargs(config), video > 0)
         except (ValueError, ImportError, gymnasium.error.Error) as err:
@@ -219,10 +227,10 @@ def evaluate(
             results["levels"][level]["videos"] = [str(p.relative_to(logdir)) for p in paths]
             if verbose:
                 print(f"{level}: wrote {', '.join(str(p) for p in paths)}")
-    if len(levels) > 1:
+    if len(level_returns) > 1:
         results["mean_level_return"] = scores.mean_level_return(level_returns)
         if verbose:
-            print(f"mean over the {len(levels)} levels: {results['mean_level_return']:.2f}")
+            print(f"mean over the {len(level_returns)} levels: {results['mean_level_return']:.2f}")
     try:
         results["human_normalized_no_cap"] = scores.compute_human_normalized_score(
             level_returns, per_level_cap=None

@@ -32,7 +32,9 @@ FRAME = "frame"
 INSTRUCTION = "instruction"
 
 #: What an observation field holds, one step of one env:
-#: image: uint8 `[C, H, W]` (scaled to [0, 1] inside the model);
+#: image: uint8 `[C, H, W]` (scaled to [0, 1] inside the model); every image is stored so,
+#:     whatever the env gives: the adapter moves an `[H, W, C]` layout's channels first and
+#:     quantises float pixels onto 0..255 from their Box bounds (`gazelle.envs.observations`);
 #: vector: float32 `[D]`;
 #: text: the env gives a `str`; the runtime hashes it into int64 token ids `[TEXT_TOKENS]`;
 #: discrete: int64 `[K]`, component k an index in `0..sizes[k]-1`.

@@ -64,6 +64,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["preset"] = env.atari_frames
     if env.raw_obs:
         kwargs["preset"] = "raw"  # why: every family's make takes it: the generic adapter
+    if env.image_layout != "auto":
+        kwargs["image_layout"] = env.image_layout
     return kwargs
 
 
@@ -91,6 +93,7 @@ def probe(config: Config) -> EnvProbe:
     actions, and each level needs an actor."""
     from gazelle.envs.probe import FULL_ACTION_KINDS, LevelsDiffer
     from gazelle.envs.probe import probe as probe_env
+    from gazelle.envs.registry import NotApplicable
 
     env = config.env.id
 
@@ -115,6 +118,8 @@ def probe(config: Config) -> EnvProbe:
         raise ConfigError("env", env, f"{err}{hint}") from err
     except ConfigError:
         raise  # why: one_actor_per_level's, already naming its flag
+    except NotApplicable as err:
+        raise ConfigError(err.setting, config.get(err.setting), err.allowed) from err
     except (ValueError, KeyError, ImportError) as err:
         raise ConfigError("env", env, f"an env gazelle can make ({err})") from err
 

@@ -51,16 +51,20 @@ class Telemetry:
         return metrics
 
     def scores(self) -> dict[str, float]:
-        """Once every level has returns: a multi-task run's summary, the mean over levels of
-        their recent mean returns (`scores/mean_level_return`), and the human-normalised
-        scores where every level is in a score table (Atari / DMLab-30); {} before."""
+        """Once every level has returns: a multi-task run's summary, the mean over its
+        distinct levels of their recent mean returns (`scores/mean_level_return`), and the
+        human-normalised scores where every level is in a score table (Atari / DMLab-30);
+        {} before."""
         from gazelle.envs import scores
 
-        returns = self.logger.level_returns()
-        if len(returns) < len(self.levels) or not all(returns.values()):
+        # why: a level named twice in --env (more actors on it) is one level here.
+        levels = list(dict.fromkeys(self.levels))
+        logged = self.logger.level_returns()
+        if not all(logged.get(level) for level in levels):
             return {}
+        returns = {level: logged[level] for level in levels}
         summary: dict[str, float] = {}
-        if len(self.levels) > 1:
+        if len(levels) > 1:
             summary["scores/mean_level_return"] = scores.mean_level_return(returns)
         try:
             no_cap = scores.compute_human_normalized_score(returns, per_level_cap=None)

@@ -47,6 +47,10 @@ class EnvConfig:
     """The env's own observations through the generic adapter instead of its family's
     preprocessing: MiniGrid's Dict (image, direction, mission) instead of BabyAI's frame and
     instruction, ViZDoom's own env (screen, gamevariables), Atari's RGB screen."""
+    image_layout: str = "auto"
+    """How the generic adapter reads image observations (Gymnasium ids, --raw-obs): auto
+    (from the shape: the channel axis is the short one, first or last; a one-line warning
+    where that is ambiguous, e.g. 8x8x8, and the guess is HWC), hwc or chw (every image)."""
 
 
 @dataclass(frozen=True)

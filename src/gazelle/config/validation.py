@@ -24,6 +24,8 @@ LOG_STD_CHOICES = ("parameter", "state")
 ACTION_BOUNDS_CHOICES = ("clip", "tanh")
 #: The largest --seed: numpy's seeds end at 2**32 - 1, and actor i's is --seed + i.
 SEED_MAX = 2**31 - 1
+#: `gazelle.envs.observations.IMAGE_LAYOUTS`.
+IMAGE_LAYOUT_CHOICES = ("auto", "hwc", "chw")
 
 
 class _Checks:
@@ -112,6 +114,7 @@ def validate(config: Config) -> Config:
     ):
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
     check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
+    check.choice("image_layout", IMAGE_LAYOUT_CHOICES)
     if config.env.raw_obs and config.env.atari_frames is not None:
         raise ConfigError(
             "raw_obs", True, "off with --atari-frames (that is Atari's preprocessing; raw is none)"

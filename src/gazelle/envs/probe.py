@@ -162,10 +162,16 @@ def _same_levels(
         make_kwargs = {k: v for k, v in make_kwargs.items() if k != "full_action_space"}
     first = targets[levels[0]]
     found, actions = _level_spec(first, levels[0], make_kwargs)
-    # why: DMLab levels share one observation config by construction (and load slowly).
-    for level in list(dict.fromkeys(levels))[1:] if first.kind != "dmlab" else ():
+    made_dmlab = first.kind == "dmlab"
+    for level in list(dict.fromkeys(levels))[1:]:
         if level not in targets:
             targets[level] = resolved(level)
+        # why: DMLab levels share one observation and action config by construction (a
+        # `DmLabEnv`'s spaces follow its settings, not its level) and each loads for
+        # seconds, so one is made; a level of any other kind is made and compared.
+        if targets[level].kind == "dmlab" and made_dmlab:
+            continue
+        made_dmlab = made_dmlab or targets[level].kind == "dmlab"
         other, other_actions = _level_spec(targets[level], level, make_kwargs)
         if other.fields != found.fields:
             raise LevelsDiffer(

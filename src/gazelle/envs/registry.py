@@ -40,6 +40,15 @@ DOOM6 = "doom6"
 _ALE_ENTRY_POINT = "ale_py.env:AtariEnv"
 
 
+class NotApplicable(ValueError):
+    """An env setting given for an env it does not apply to; `setting` names it, the
+    message says what is allowed."""
+
+    def __init__(self, setting: str, allowed: str) -> None:
+        super().__init__(f"{setting}: {allowed}")
+        self.setting, self.allowed = setting, allowed
+
+
 @dataclass(frozen=True)
 class Resolved:
     """What a single spec names: `kind` is atari, minigrid, vizdoom, dmlab or gym; `name`
@@ -176,7 +185,8 @@ def make(
             `frame_size`, ...); MiniGrid and ViZDoom `preset="raw"` (the generic adapter);
             ViZDoom `resolution`, `frame_size`, `frame_stack`, `full_action_space`; DMLab
             `width`, `height`, `dataset_path`, `level_cache_dir`, ...; otherwise the
-            Gymnasium id's own keyword arguments.
+            Gymnasium id's own keyword arguments; for an env read by the generic adapter,
+            `image_layout` (auto | hwc | chw: `gazelle.envs.observations`).
     """
     return make_resolved(
         resolve(spec),
@@ -214,6 +224,13 @@ def make_resolved(
         if target.kind == "vizdoom":
             vizdoom.register_ids()
     repeats = num_action_repeats or repeats_for_kind(target.kind)
+    image_layout = kwargs.pop("image_layout", "auto")
+    if image_layout != "auto" and _own_preprocessing(target, kwargs):
+        raise NotApplicable(
+            "image_layout",
+            f"auto with {spec} (its frames are gazelle's own; hwc and chw are for envs read "
+            "by the generic adapter: Gymnasium ids, --raw-obs)",
+        )
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
     if target.kind == "atari":
@@ -263,7 +280,16 @@ def make_resolved(
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env = gymnasium.make(target.name, **kwargs)
-    return GymAdapter(env, num_action_repeats=repeats, seed=seed)
+    return GymAdapter(env, num_action_repeats=repeats, seed=seed, image_layout=image_layout)
+
+
+def _own_preprocessing(target: Resolved, kwargs: dict[str, Any]) -> bool:
+    """Whether `make_resolved` makes `target` with its family's own frames (not through
+    the generic adapter)."""
+    preset = kwargs.get("preset")
+    if target.kind == "atari":
+        return preset != "raw"
+    return target.kind == "dmlab" or (target.kind in ("vizdoom", "minigrid") and preset != "raw")
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,13 @@ gazelle's form of an observation is a Dict whose keys each hold one field
 | `MultiDiscrete(nvec)`, 1-D, starting at 0  | discrete | int64 `[K]`                |
 | `Text`, or any space of `str`              | text     | `str` (token ids `[32]`)   |
 
-`gazelle.envs.adapter.GymAdapter` brings any Gymnasium space into this form; gazelle's own
-envs (Atari, DMLab, ViZDoom, the diagnostic tasks) declare it directly.
+Images are stored as bytes whatever the env gives: float pixels are quantised to uint8 by
+the adapter (their Box bounds mapped onto 0..255) and the image torsos scale them to [0, 1]
+inside the model, so one unroll slot, one Ray array and one torso input serve every image.
+
+`gazelle.envs.adapter.GymAdapter` brings any Gymnasium space into this form
+(`gazelle.envs.observations`: HWC or CHW images, float images, Tuples, a bare Text); gazelle's
+own envs (Atari, DMLab, ViZDoom, the diagnostic tasks) declare it directly.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ def field_of(name: str, space: spaces.Space[Any]) -> ObsField:
     raise ValueError(
         f"observation {name!r}: {space} is not in gazelle's form (uint8 [C, H, W] Box, [D] Box,"
         " 1-D MultiDiscrete or Text); GymAdapter converts any Box, Discrete, MultiDiscrete,"
-        " MultiBinary or Text"
+        " MultiBinary, Text, or a Dict or Tuple of them"
     )
 
 

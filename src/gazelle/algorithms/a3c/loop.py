@@ -155,9 +155,12 @@ def train(
         if hasattr(fleet, "shutdown"):
             warn_on_error("shutting the workers' backend down", fleet.shutdown)
         fps = run.fps()
+        # why: the last row is the one a reader takes the per-level counts and scores from.
         warn_on_error(
             "the last progress row",
-            lambda: logger.progress(run.frames, fps, telemetry.level_metrics()),
+            lambda: logger.progress(
+                run.frames, fps, {**telemetry.scores(), **telemetry.level_metrics()}
+            ),
         )
         logger.console_line(run.frames, fps, force=True, actor_restarts=telemetry.restarts)
         warn_on_error("closing the logs", logger.close)

@@ -173,9 +173,12 @@ def train(
             ),
         )
         fps = state.fps()
-        # why: the last row is the one a reader takes the per-level counts from.
+        # why: the last row is the one a reader takes the per-level counts and scores from.
         metrics = {**{k: float(v) for k, v in state.metrics.items()}, **telemetry.level_metrics()}
-        warn_on_error("the last progress row", lambda: logger.progress(state.frames, fps, metrics))
+        warn_on_error(
+            "the last progress row",
+            lambda: logger.progress(state.frames, fps, {**metrics, **telemetry.scores()}),
+        )
         logger.console_line(state.frames, fps, force=True, **console_extras(state, telemetry))
         warn_on_error("closing the logs", logger.close)
         runlock.release(logdir)  # why: last: the run's files are written and closed
