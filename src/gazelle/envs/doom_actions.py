@@ -11,8 +11,8 @@ Two forms (`mode`):
   exclusive binary buttons (`EXCLUSIVE`: none / MOVE_LEFT / MOVE_RIGHT, none / TURN_LEFT /
   TURN_RIGHT, none / MOVE_FORWARD / MOVE_BACKWARD, none / SELECT_WEAPON1 / ... ), an
   on/off head for each other binary button (ATTACK, USE, SPEED, ...), and one head per delta
-  button over `delta_bins` values from minus to plus its range, 0 in the middle. Moving,
-  turning and attacking then happen in one step.
+  button over `delta_bins` values: 0, then evenly from minus to plus its range. Choice 0 of
+  every head presses nothing. Moving, turning and attacking then happen in one step.
 
 Why groups rather than one bit per button (vizdoom's `MultiBinary`, its
 `max_buttons_pressed=0`): two opposite buttons pressed together cancel (MOVE_LEFT with
@@ -85,8 +85,9 @@ def _group(button: str) -> tuple[str, ...]:
 
 
 def _delta_values(button: str, bins: int) -> list[float]:
-    top = DELTA_RANGES.get(button, 10.0)
-    return [float(v) for v in np.linspace(-top, top, bins)]
+    """0 first (choice 0 of every head presses nothing), then -range ... +range."""
+    values = np.linspace(-DELTA_RANGES.get(button, 10.0), DELTA_RANGES.get(button, 10.0), bins)
+    return [0.0, *(float(v) for i, v in enumerate(values) if i != bins // 2)]
 
 
 class DoomActions:
