@@ -45,6 +45,9 @@ from gymnasium import spaces
 #: The forms of `DoomActions`, and `registered`: the id's own `max_buttons_pressed` (1:
 #: single; 0: combos).
 DOOM_ACTIONS = ("single", "combos", "registered")
+#: The actions when `doom_actions` is unset (chosen by the measurement in
+#: docs/notes/vizdoom-actions.md).
+DEFAULT_DOOM_ACTIONS = "single"
 #: Groups of binary buttons of which `combos` presses at most one (each a categorical head).
 EXCLUSIVE = (
     ("MOVE_FORWARD", "MOVE_BACKWARD"),
@@ -206,3 +209,19 @@ def config_buttons(config: str, settings: tuple[tuple[str, Any], ...] = ()) -> t
     if settings:
         game.set_config(dict(settings))
     return tuple(b.name for b in game.get_available_buttons())
+
+
+def actions_mode(doom_actions: str | None, max_buttons_pressed: int) -> str:
+    """single | combos for `doom_actions` (unset: `DEFAULT_DOOM_ACTIONS`) of an id that
+    registers `max_buttons_pressed` (`registered`: 1 single, else combos: the heads press
+    any combination, they cannot cap how many).
+
+    Raises:
+        ValueError: an unknown `doom_actions`.
+    """
+    mode = DEFAULT_DOOM_ACTIONS if doom_actions is None else doom_actions
+    if mode not in DOOM_ACTIONS:
+        raise ValueError(f"doom_actions {mode!r}; allowed: {' | '.join(DOOM_ACTIONS)}")
+    if mode == "registered":
+        return "single" if max_buttons_pressed == 1 else "combos"
+    return mode

@@ -44,15 +44,24 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from gazelle.envs.doom_actions import DOOM_ACTIONS, DoomActions, config_buttons, union_buttons
+from gazelle.envs.doom_actions import DEFAULT_DOOM_ACTIONS, DoomActions, actions_mode
 from gazelle.envs.resize import AreaResize
+from gazelle.envs.vizdoom_ids import (
+    ENTRY_POINT,
+    family_buttons,
+    import_vizdoom,
+    raw_kwargs,
+    register_ids,
+    registered_settings,
+    scenario_buttons,
+    scenario_path,
+)
 
-#: The actions when `doom_actions` is unset (`gazelle.envs.doom_actions`; chosen by the
-#: measurement in docs/notes/vizdoom-actions.md).
-DEFAULT_DOOM_ACTIONS = "single"
-#: Keyword arguments of vizdoom's own env that are not game settings.
-_ENV_ARGS = ("scenario_config_file", "max_buttons_pressed", "frame_skip", "render_mode",
-             "treat_episode_timeout_as_truncation", "use_multi_binary_action_space")  # fmt: skip
+__all__ = [
+    "DEFAULT_DOOM_ACTIONS", "DOOM6", "ENTRY_POINT", "DoomEnv", "family_buttons", "make_doom",
+    "raw_kwargs", "register_ids", "scenario_buttons", "scenario_path",
+]  # fmt: skip
+
 #: What the agent sees of the game's state: variable, scale.
 OBS_VARIABLES = (("HEALTH", 100.0), ("ARMOR", 100.0), ("SELECTED_WEAPON_AMMO", 50.0))
 #: Episode statistics: name in the logs -> game variable (read at the episode's end).
@@ -68,96 +77,6 @@ DOOM6 = (
     "VizdoomBasic-v1", "VizdoomDefendCenter-v1", "VizdoomDefendLine-v1",
     "VizdoomHealthGathering-v1", "VizdoomMyWayHome-v1", "VizdoomDeadlyCorridor-v1",
 )  # fmt: skip
-#: The gymnasium entry point of vizdoom's scenario ids.
-ENTRY_POINT = "vizdoom.gymnasium_wrapper.gymnasium_env_defns:VizdoomScenarioEnv"
-
-
-def import_vizdoom() -> Any:
-    try:
-        import vizdoom
-    except ImportError as err:
-        raise ImportError(
-            "ViZDoom is not installed: pip install 'gazelle[doom]' (or pip install vizdoom)"
-        ) from err
-    return vizdoom
-
-
-def register_ids() -> bool:
-    """Register vizdoom's `Vizdoom*` Gymnasium ids if vizdoom is installed (idempotent)."""
-    import importlib.util
-
-    if "VizdoomBasic-v1" in gymnasium.registry:
-        return True
-    if importlib.util.find_spec("vizdoom") is None:
-        return False
-    import vizdoom.gymnasium_wrapper  # noqa: F401  (registers the ids)
-
-    return True
-
-
-def scenario_path(env_id: str) -> str:
-    """The `.cfg` of a registered vizdoom id."""
-    vizdoom = import_vizdoom()
-    name = gymnasium.spec(env_id).kwargs["scenario_config_file"]
-    return os.path.join(vizdoom.scenarios_path, name)
-
-
-def registered_settings(env_id: str) -> tuple[int, dict[str, Any]]:
-    """`(max_buttons_pressed, game settings)` that vizdoom registers for `env_id`: the
-    settings (`doom_map`, `doom_skill`, ...) are what its env hands `DoomGame.set_config`."""
-    kwargs = dict(gymnasium.spec(env_id).kwargs)
-    pressed = int(kwargs.get("max_buttons_pressed", 0))
-    return pressed, {k: v for k, v in kwargs.items() if k not in _ENV_ARGS}
-
-
-def scenario_buttons(env_id: str) -> tuple[str, ...]:
-    """The buttons of a registered vizdoom id's game, in its order."""
-    _, settings = registered_settings(env_id)
-    # why: of the settings only the buttons matter here (the map ids differ in map and
-    # skill alone: one engine-free read per .cfg).
-    own = [(k, v) for k, v in settings.items() if k.replace("_", "").lower() == "availablebuttons"]
-    return config_buttons(scenario_path(env_id), tuple((k, tuple(v)) for k, v in own))
-
-
-def family_buttons() -> tuple[str, ...]:
-    """Every button of every scenario vizdoom registers (22 with vizdoom 1.3)."""
-    register_ids()
-    ids = [k for k, s in gymnasium.registry.items() if s.entry_point == ENTRY_POINT]
-    # why: the map ids share four .cfg files; one id per distinct config and settings.
-    return union_buttons([scenario_buttons(i) for i in ids])
-
-
-def actions_mode(doom_actions: str | None, max_buttons_pressed: int) -> str:
-    """single | combos for `doom_actions` (unset: `DEFAULT_DOOM_ACTIONS`) of an id that
-    registers `max_buttons_pressed` (`registered`: 1 single, else combos: the heads press
-    any combination, they cannot cap how many).
-
-    Raises:
-        ValueError: an unknown `doom_actions`.
-    """
-    mode = DEFAULT_DOOM_ACTIONS if doom_actions is None else doom_actions
-    if mode not in DOOM_ACTIONS:
-        raise ValueError(f"doom_actions {mode!r}; allowed: {' | '.join(DOOM_ACTIONS)}")
-    if mode == "registered":
-        return "single" if max_buttons_pressed == 1 else "combos"
-    return mode
-
-
-def raw_kwargs(env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` for vizdoom's own env (`--raw-obs`): `doom_actions` single / combos as its
-    `max_buttons_pressed` 1 / 0 (registered or unset: the id's own), `buttons` or
-    `full_action_space` as its `available_buttons` (there every one of them acts)."""
-    out = dict(kwargs)
-    mode = out.pop("doom_actions", None)
-    if mode not in (None, "registered"):
-        out["max_buttons_pressed"] = {"single": 1, "combos": 0}[actions_mode(mode, 1)]
-    out.pop("delta_bins", None)
-    buttons, full = out.pop("buttons", None), out.pop("full_action_space", False)
-    if buttons is None and full:
-        buttons = family_buttons()
-    if buttons is not None:
-        out["available_buttons"] = list(buttons)
-    return out
 
 
 class DoomEnv(gymnasium.Env):
