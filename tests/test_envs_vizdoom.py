@@ -14,7 +14,7 @@ from gazelle.algorithms.common import probe
 from gazelle.config import Config, ConfigError
 from gazelle.envs import default_action_repeats, expand_levels, make, obs_spec
 from gazelle.envs.batch import SerialEnvs
-from gazelle.envs.vizdoom import DOOM6, FULL_BUTTONS
+from gazelle.envs.vizdoom import DOOM6, family_buttons
 from gazelle.types import IMAGE, VECTOR
 
 BASIC = "VizdoomBasic-v1"
@@ -60,21 +60,29 @@ def test_the_batch_reports_the_statistics_of_ended_games():
 
 
 def test_the_full_action_space_is_the_same_in_every_scenario():
-    a = make(BASIC, full_action_space=True)
-    b = make("VizdoomHealthGathering-v1", full_action_space=True)
-    names = ["NOOP", *FULL_BUTTONS]
-    assert a.unwrapped.action_meanings == names == b.unwrapped.action_meanings
+    """Made alone with `full_action_space`, a scenario acts with every button of every
+    scenario vizdoom registers (22: Deathmatch's 20, USE, SELECT_WEAPON7)."""
+    a = make(BASIC, full_action_space=True, doom_actions="single")
+    b = make("VizdoomHealthGathering-v1", full_action_space=True, doom_actions="single")
+    deltas = [x for x in family_buttons() if x.endswith("_DELTA")]
+    assert len(family_buttons()) == 22 and len(deltas) == 3
+    names = ["NOOP", *(x for x in family_buttons() if x not in deltas)]
+    assert a.unwrapped.action_meanings[: len(names)] == names
+    assert len(a.unwrapped.action_meanings) == 1 + 19 + 2 * 3  # each delta both ways
+    assert a.unwrapped.action_meanings == b.unwrapped.action_meanings
     assert obs_spec(a) == obs_spec(b)
     a.close()
     b.close()
 
 
 def test_a_multi_task_doom_spec_gets_one_joint_action_set():
-    """Scenarios with other buttons: unset --full-action-space gives every level the full
-    set (the union of the scenarios' buttons); --no-full-action-space refuses them."""
-    config = Config.of(env="VizdoomBasic-v1,VizdoomDefendCenter-v1")
+    """Scenarios with other buttons: unset --full-action-space gives every level the joint
+    set (the union of the levels' buttons); --no-full-action-space refuses them."""
+    config = Config.of(env="VizdoomBasic-v1,VizdoomDefendCenter-v1", doom_actions="single")
     found = probe(config)
-    assert found.full_action_space and found.obs_spec.num_actions == 1 + len(FULL_BUTTONS)
+    assert found.full_action_space and found.obs_spec.num_actions == 1 + 5  # L, R, TL, TR, A
+    combos = probe(config.replace(doom_actions="combos")).obs_spec.actions
+    assert [c.size for c in combos.components] == [3, 3, 2]  # move, turn, attack
     with pytest.raises(ConfigError, match=r"MOVE_LEFT.*TURN_LEFT.*--full-action-space"):
         probe(config.replace(full_action_space=False))
 
@@ -171,9 +179,9 @@ def test_gif_frames_are_the_rendered_colour_screen():
 def test_the_joint_action_set_presses_the_same_button_in_every_scenario():
     """Index i is one button in every scenario: ATTACK spends a bullet in Basic and in
     DefendCenter (whose own set puts ATTACK elsewhere), MOVE_LEFT spends none."""
-    attack, left = 1 + FULL_BUTTONS.index("ATTACK"), 1 + FULL_BUTTONS.index("MOVE_LEFT")
+    attack, left = 1 + family_buttons().index("ATTACK"), 1 + family_buttons().index("MOVE_LEFT")
     for level in (BASIC, "VizdoomDefendCenter-v1"):
-        env = make(level, seed=0, full_action_space=True)
+        env = make(level, seed=0, full_action_space=True, doom_actions="single")
         ammo = env.reset(seed=0)[0]["gamevariables"][2]
         after_left = env.step(left)[0]["gamevariables"][2]
         for _ in range(4):  # why: the pistol's refire takes longer than one action

@@ -60,6 +60,14 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["life_loss"] = env.life_loss
     if env.full_action_space:
         kwargs["full_action_space"] = True
+        from gazelle.envs.probe import doom_buttons
+
+        # why: a ViZDoom run acts with the union of its levels' buttons in every level.
+        buttons = doom_buttons(env.id)
+        if buttons is not None:
+            kwargs["buttons"] = buttons
+    if env.doom_actions is not None:
+        kwargs["doom_actions"] = env.doom_actions
     if env.atari_frames is not None:
         kwargs["preset"] = env.atari_frames
     if env.raw_obs:
@@ -133,6 +141,11 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         config = config.replace(atari_frames=found.atari_frames)
     if config.env.full_action_space is None:
         config = config.replace(full_action_space=found.full_action_space)
+    if config.env.doom_actions is None and found.kind == "vizdoom" and not raw:
+        from gazelle.envs.vizdoom import DEFAULT_DOOM_ACTIONS
+
+        # why: saved resolved, so that a later default cannot change a run's actions.
+        config = config.replace(doom_actions=DEFAULT_DOOM_ACTIONS)
     device = resolve_device(config.run.device)
     if config.run.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         print(

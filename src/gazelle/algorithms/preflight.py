@@ -14,7 +14,8 @@ from gazelle.config import Config, ConfigError
 from gazelle.types import FRAME, IMAGE, ObsSpec
 
 #: Settings a run in a logdir must share with the one that wrote its checkpoint.
-RESUME_KEYS = ("algo", "env", "model", "use_lstm", "activation", "subtract_background")
+RESUME_KEYS = ("algo", "env", "model", "use_lstm", "activation", "subtract_background",
+               "doom_actions")  # fmt: skip
 #: Values of --wandb-mode.
 WANDB_MODES = ("online", "offline")
 

@@ -193,7 +193,19 @@ def saved_config(data: dict[str, Any]) -> Config:
         # why: a saved config is resolved, so unset means saved before the flag existed;
         # a newer preset must not change the frames its weights were trained on.
         saved = saved.replace(subtract_background=False)
+    if saved.env.doom_actions is None and not saved.env.raw_obs and _is_doom(saved.env.id):
+        saved = saved.replace(doom_actions="single")  # why: ViZDoom's only form until then
     return saved
+
+
+def _is_doom(spec: str) -> bool:
+    """Whether every level of `spec` is a ViZDoom id (False where one cannot be resolved)."""
+    from gazelle.envs.registry import expand_levels, resolve
+
+    try:
+        return all(resolve(level).kind == "vizdoom" for level in expand_levels(spec))
+    except (ValueError, KeyError, ImportError):
+        return False
 
 
 def write_config(logdir: Path, config: Config) -> None:

@@ -38,8 +38,14 @@ class EnvConfig:
     mode); unset: the id's protocol (*NoFrameskip-v4 on, ALE/*-v5 off)."""
     full_action_space: bool | None = None
     """The family's full action set in every level: Atari's 18 actions instead of each
-    game's minimal set, ViZDoom's 7 buttons (and a no-op) instead of each scenario's; unset:
-    on for a multi-task --env whose levels' action sets differ, off otherwise."""
+    game's minimal set; ViZDoom: every button of any of the levels, in each (a button a
+    scenario lacks does nothing there); unset: on for a multi-task --env whose levels'
+    action sets differ, off otherwise."""
+    doom_actions: str | None = None
+    """ViZDoom: single (a no-op and one button at a time), combos (one head per group of
+    exclusive buttons, per other button and per delta button: buttons pressed together) or
+    registered (as the id's max_buttons_pressed: single for the -v1 ids, combos for the
+    -MultiBinary-v1 and Doom/Freedoom map ids); unset: gazelle's ViZDoom default."""
     atari_frames: str | None = None
     """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
     (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""

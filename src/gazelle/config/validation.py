@@ -115,6 +115,7 @@ def validate(config: Config) -> Config:
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
     check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
     check.choice("image_layout", IMAGE_LAYOUT_CHOICES)
+    check.choice("doom_actions", ("single", "combos", "registered"), allow_none=True)
     if config.env.raw_obs and config.env.atari_frames is not None:
         raise ConfigError(
             "raw_obs", True, "off with --atari-frames (that is Atari's preprocessing; raw is none)"

@@ -141,6 +141,9 @@ def probe(
         if full is not None or first.kind not in FULL_ACTION_KINDS or err.what != "actions":
             raise
         full = True
+        joint = doom_buttons(spec) if first.kind == "vizdoom" else None
+        if joint is not None:
+            make_kwargs = {**make_kwargs, "buttons": joint}
         found = _same_levels(targets, levels, {**make_kwargs, "full_action_space": True})
     repeats = make_kwargs.get("num_action_repeats") or registry.repeats_for_kind(first.kind)
     frames = make_kwargs["preset"] if first.kind == "atari" else None
@@ -180,7 +183,7 @@ def _same_levels(
                 first.kind,
                 "observations",
             )
-        if other.num_actions != found.num_actions or actions != other_actions:
+        if other.actions != found.actions or actions != other_actions:
             raise LevelsDiffer(
                 f"levels with the same actions; {levels[0]} has {_actions(found, actions)}, "
                 f"{level} has {_actions(other, other_actions)}",
@@ -203,7 +206,22 @@ def _level_spec(
 
 
 def _actions(spec: ObsSpec, names: tuple[str, ...] | None) -> str:
-    return f"{spec.num_actions} actions" + (f" ({', '.join(names)})" if names else "")
+    return spec.actions.describe() + (f" ({', '.join(names)})" if names else "")
+
+
+def doom_buttons(spec: str) -> tuple[str, ...] | None:
+    """The joint buttons of a spec whose levels are all ViZDoom ids: every button any of
+    them has (`gazelle.envs.doom_actions.union_buttons`, read from their `.cfg`s, no engine
+    started); None for any other spec. A multi-task ViZDoom run with the full action space
+    acts with these in every level."""
+    levels = list(dict.fromkeys(registry.expand_levels(spec)))
+    targets = [registry.resolve(level) for level in levels]
+    if any(t.kind != "vizdoom" for t in targets):
+        return None
+    from gazelle.envs import vizdoom
+    from gazelle.envs.doom_actions import union_buttons
+
+    return union_buttons([vizdoom.scenario_buttons(t.name) for t in targets])
 
 
 def _describe(spec: ObsSpec) -> str:

@@ -183,7 +183,8 @@ def make(
         **kwargs: env-specific settings: Atari `preset` ("deepmind", "universe" or "raw":
             the Gymnasium env as registered) and overrides (`noop_max`, `max_frames`,
             `frame_size`, ...); MiniGrid and ViZDoom `preset="raw"` (the generic adapter);
-            ViZDoom `resolution`, `frame_size`, `frame_stack`, `full_action_space`; DMLab
+            ViZDoom `resolution`, `frame_size`, `frame_stack`, `full_action_space`,
+            `doom_actions`, `buttons`, `delta_bins` (`gazelle.envs.vizdoom.make_doom`); DMLab
             `width`, `height`, `dataset_path`, `level_cache_dir`, ...; otherwise the
             Gymnasium id's own keyword arguments; for an env read by the generic adapter,
             `image_layout` (auto | hwc | chw: `gazelle.envs.observations`).
@@ -233,6 +234,8 @@ def make_resolved(
         )
     if target.kind != "atari" and (sticky_actions or life_loss):
         raise ValueError(f"sticky_actions and life_loss apply to Atari only, not {spec!r}")
+    if target.kind != "vizdoom" and kwargs.get("doom_actions") is not None:
+        raise ValueError(f"doom_actions applies to ViZDoom ids only, not {spec!r}")
     if target.kind == "atari":
         protocol = protocol_of(target)
         sticky_actions = protocol.sticky_actions if sticky_actions is None else sticky_actions
@@ -270,6 +273,8 @@ def make_resolved(
         )
     kwargs.pop("preset", None)
     kwargs.pop("fire_reset", None)
+    if target.kind == "vizdoom":
+        kwargs = vizdoom.raw_kwargs(target.name, kwargs)
     if target.kind != "atari" and kwargs.pop("full_action_space", False):
         raise ValueError(f"full_action_space applies to Atari and ViZDoom, not {spec!r}")
     if target.kind == "atari":

@@ -12,10 +12,18 @@ and these changes:
   `frame_stack=k` (oldest first);
 - `gamevariables` float32 `[3]`: health / 100, armour / 100, the selected weapon's ammo
   / 50, in every scenario (so that scenarios share one observation);
-- actions: no-op, then each of the scenario's buttons alone (`VizdoomBasic-v1`: no-op,
-  MOVE_LEFT, MOVE_RIGHT, ATTACK); `full_action_space=True`: no-op and each of
-  `FULL_BUTTONS`, the union of the scenarios' buttons, in every scenario (the joint action
-  set of a multi-task run, as the IMPALA paper's 18 Atari actions);
+- the registered id's own settings: its `.cfg`, and the map, skill and any other game
+  setting its registration names (`VizdoomFreedoom1E1M5-S3-v0` plays E1M5 at skill 3);
+- actions (`gazelle.envs.doom_actions`): `doom_actions="single"`, a no-op and each button
+  alone (`VizdoomBasic-v1`: NOOP, MOVE_LEFT, MOVE_RIGHT, ATTACK; a delta button such as
+  TURN_LEFT_RIGHT_DELTA at minus and plus its range), `Discrete`; `"combos"`, one head per
+  group of exclusive buttons, per other button and per delta button, `MultiDiscrete`
+  (Basic: none/MOVE_LEFT/MOVE_RIGHT x none/ATTACK), so that buttons are pressed together;
+  `"registered"`, as the id's `max_buttons_pressed` says (1: single, as the plain `-v1`
+  ids; 0: combos, as the `-MultiBinary-v1` and the Doom/Freedoom map ids); unset:
+  `DEFAULT_DOOM_ACTIONS`. `buttons=` acts with another set (the union of a multi-task run's
+  levels: buttons a scenario lacks do nothing there); `full_action_space=True` without
+  `buttons` acts with `family_buttons()`, every button of every scenario vizdoom registers;
 - each action is held for `num_action_repeats` tics (4), rewards summed;
 - an episode ends `terminated` when the player dies or the scenario ends it, `truncated`
   when the scenario's timeout (`episode_timeout`) cuts it; on the end the last screen is
@@ -36,13 +44,24 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
+from gazelle.envs.doom_actions import DEFAULT_DOOM_ACTIONS, DoomActions, actions_mode
 from gazelle.envs.resize import AreaResize
+from gazelle.envs.vizdoom_ids import (
+    ENTRY_POINT,
+    family_buttons,
+    import_vizdoom,
+    raw_kwargs,
+    register_ids,
+    registered_settings,
+    scenario_buttons,
+    scenario_path,
+)
 
-#: Every button of the scenarios in `doom6` (and of Basic, DefendLine, TakeCover, ...).
-FULL_BUTTONS = (
-    "MOVE_FORWARD", "MOVE_BACKWARD", "MOVE_LEFT", "MOVE_RIGHT", "TURN_LEFT", "TURN_RIGHT",
-    "ATTACK",
-)  # fmt: skip
+__all__ = [
+    "DEFAULT_DOOM_ACTIONS", "DOOM6", "ENTRY_POINT", "DoomEnv", "family_buttons", "make_doom",
+    "raw_kwargs", "register_ids", "scenario_buttons", "scenario_path",
+]  # fmt: skip
+
 #: What the agent sees of the game's state: variable, scale.
 OBS_VARIABLES = (("HEALTH", 100.0), ("ARMOR", 100.0), ("SELECTED_WEAPON_AMMO", 50.0))
 #: Episode statistics: name in the logs -> game variable (read at the episode's end).
@@ -58,38 +77,6 @@ DOOM6 = (
     "VizdoomBasic-v1", "VizdoomDefendCenter-v1", "VizdoomDefendLine-v1",
     "VizdoomHealthGathering-v1", "VizdoomMyWayHome-v1", "VizdoomDeadlyCorridor-v1",
 )  # fmt: skip
-#: The gymnasium entry point of vizdoom's scenario ids.
-ENTRY_POINT = "vizdoom.gymnasium_wrapper.gymnasium_env_defns:VizdoomScenarioEnv"
-
-
-def import_vizdoom() -> Any:
-    try:
-        import vizdoom
-    except ImportError as err:
-        raise ImportError(
-            "ViZDoom is not installed: pip install 'gazelle[doom]' (or pip install vizdoom)"
-        ) from err
-    return vizdoom
-
-
-def register_ids() -> bool:
-    """Register vizdoom's `Vizdoom*` Gymnasium ids if vizdoom is installed (idempotent)."""
-    import importlib.util
-
-    if "VizdoomBasic-v1" in gymnasium.registry:
-        return True
-    if importlib.util.find_spec("vizdoom") is None:
-        return False
-    import vizdoom.gymnasium_wrapper  # noqa: F401  (registers the ids)
-
-    return True
-
-
-def scenario_path(env_id: str) -> str:
-    """The `.cfg` of a registered vizdoom id."""
-    vizdoom = import_vizdoom()
-    name = gymnasium.spec(env_id).kwargs["scenario_config_file"]
-    return os.path.join(vizdoom.scenarios_path, name)
 
 
 class DoomEnv(gymnasium.Env):
@@ -102,7 +89,12 @@ class DoomEnv(gymnasium.Env):
         frame_size: `(height, width)` of `frame` (the screen is shrunk to it; at most the
             render resolution).
         frame_stack: screens stacked in `frame` (1: the LSTM carries the past).
-        full_action_space: the buttons of `FULL_BUTTONS` instead of the scenario's.
+        actions: single | combos (`gazelle.envs.doom_actions`).
+        buttons: the buttons the agent acts with; None: the scenario's own. Those the
+            scenario lacks do nothing in it.
+        delta_bins: values of a delta button's head in `combos`.
+        settings: game settings applied after the `.cfg` (`DoomGame.set_config`: the
+            registered id's `doom_map`, `doom_skill`, ...); the render settings above win.
         seed: seeds the first `reset()`'s game.
         render_mode: `None` or `"rgb_array"` (the rendered screen, `[H, W, 3]`).
     """
@@ -117,7 +109,10 @@ class DoomEnv(gymnasium.Env):
         resolution: str = "RES_160X120",
         frame_size: tuple[int, int] = (72, 96),
         frame_stack: int = 1,
-        full_action_space: bool = False,
+        actions: str = "single",
+        buttons: tuple[str, ...] | list[str] | None = None,
+        delta_bins: int = 11,
+        settings: dict[str, Any] | None = None,
         seed: int | None = None,
         render_mode: str | None = None,
     ) -> None:
@@ -129,6 +124,8 @@ class DoomEnv(gymnasium.Env):
         self.render_mode, self._skip = render_mode, frame_skip
         game = vzd.DoomGame()
         game.load_config(config)
+        if settings and not game.set_config(dict(settings)):
+            raise ValueError(f"ViZDoom settings {settings} for {config}: the engine refused them")
         # why: the engine writes its settings file (_vizdoom.ini) into the working
         # directory unless told where; each env gets its own, removed on close.
         self._ini_dir = tempfile.mkdtemp(prefix="gazelle-vizdoom-")
@@ -141,21 +138,17 @@ class DoomEnv(gymnasium.Env):
         for setting in ("hud", "crosshair", "decals", "particles", "messages"):
             getattr(game, f"set_render_{setting}")(False)
         game.set_render_weapon(True)
-        buttons = (
-            FULL_BUTTONS
-            if full_action_space
-            else tuple(b.name for b in game.get_available_buttons())
-        )
-        game.set_available_buttons([getattr(vzd.Button, b) for b in buttons])
+        own = tuple(b.name for b in game.get_available_buttons())
+        unknown = [b for b in buttons or () if b not in vzd.Button.__members__]
+        if unknown:
+            raise ValueError(f"unknown ViZDoom buttons {unknown}; allowed: vizdoom.Button's")
+        self._actions = DoomActions(own if buttons is None else buttons, own, actions, delta_bins)
         variables = [v for v, _ in OBS_VARIABLES] + list(STAT_VARIABLES.values())
         names = list(dict.fromkeys(variables))
         game.set_available_game_variables([getattr(vzd.GameVariable, v) for v in names])
         self._var_index = {v: names.index(v) for v in names}
         self._scales = np.array([s for _, s in OBS_VARIABLES], np.float32)
         self._game, self._vzd = game, vzd
-        self.button_names = ("NOOP", *buttons)
-        # why: action 0 presses nothing, action i the (i-1)-th button alone.
-        self._actions = np.eye(len(buttons) + 1, len(buttons), k=-1).tolist()
         height, width = game.get_screen_height(), game.get_screen_width()
         size = (int(frame_size[0]), int(frame_size[1]))
         self._resize = AreaResize((height, width), size)
@@ -168,15 +161,35 @@ class DoomEnv(gymnasium.Env):
                 "gamevariables": spaces.Box(-np.inf, np.inf, (len(OBS_VARIABLES),), np.float32),
             }
         )
-        self.action_space = spaces.Discrete(len(self._actions))
+        self.action_space = self._actions.space
         if seed is not None:
             self._np_random, _ = seeding.np_random(seed)
         self._started = False
 
     @property
     def action_meanings(self) -> list[str]:
-        """Names of the actions, by index (`NOOP`, then button names)."""
-        return list(self.button_names)
+        """`single`: the actions' names by index (NOOP, then the buttons); `combos`: each
+        head as `name: choice|choice` (`DoomActions.meanings`)."""
+        return self._actions.meanings
+
+    @property
+    def action_heads(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """`(name, choice names)` of each head (one, named "", in `single`)."""
+        return self._actions.heads
+
+    @property
+    def buttons(self) -> tuple[str, ...]:
+        """The buttons the agent acts with."""
+        return self._actions.buttons
+
+    @property
+    def game_buttons(self) -> tuple[str, ...]:
+        """The buttons the game has (its scenario's)."""
+        return self._actions.game_buttons
+
+    def game_action(self, action: Any) -> list[float]:
+        """The engine's button values (`game_buttons` order) for one action."""
+        return self._actions(action)
 
     def _observe(self, fresh: bool) -> dict[str, Any]:
         """The observation of the current state; with `fresh`, the stack is refilled."""
@@ -210,7 +223,7 @@ class DoomEnv(gymnasium.Env):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         game = self._game
-        reward = float(game.make_action(self._actions[int(action)], self._skip))
+        reward = float(game.make_action(self._actions(action), self._skip))
         ended = game.is_episode_finished()
         obs = self._observe(fresh=False)
         truncated = ended and game.is_episode_timeout_reached() and not game.is_player_dead()
@@ -245,14 +258,30 @@ def make_doom(
     num_action_repeats: int = 4,
     seed: int | None = None,
     render_mode: str | None = None,
+    doom_actions: str | None = None,
+    full_action_space: bool = False,
+    buttons: tuple[str, ...] | list[str] | None = None,
     **kwargs: Any,
 ) -> DoomEnv:
-    """The gazelle env of a registered vizdoom id (`VizdoomBasic-v1`); `kwargs` are
-    `DoomEnv`'s (`resolution`, `frame_size`, `frame_stack`, `full_action_space`)."""
+    """The gazelle env of a registered vizdoom id (`VizdoomBasic-v1`) with the id's own
+    settings (map, skill, `max_buttons_pressed` for `doom_actions="registered"`).
+
+    Args:
+        doom_actions: single | combos | registered; None: `DEFAULT_DOOM_ACTIONS`.
+        full_action_space: act with `family_buttons()` (unless `buttons` names the set).
+        buttons: the buttons to act with (a multi-task run's union); None: the scenario's.
+        kwargs: `DoomEnv`'s (`resolution`, `frame_size`, `frame_stack`, `delta_bins`).
+    """
     kwargs.pop("preset", None)
+    pressed, settings = registered_settings(env_id)
+    if buttons is None and full_action_space:
+        buttons = family_buttons()
     return DoomEnv(
         scenario_path(env_id),
         frame_skip=num_action_repeats,
+        actions=actions_mode(doom_actions, pressed),
+        buttons=buttons,
+        settings=settings,
         seed=seed,
         render_mode=render_mode,
         **kwargs,
