@@ -202,3 +202,28 @@ def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
     assert abs(got.item() - unscaled.item()) > 1e-3
     with pytest.raises(ConfigError, match=r"--reward-scale: invalid value 0"):
         validate(Config.of(env="CartPole-v1", reward_scale=0))
+
+
+def test_both_losses_report_the_values_explained_variance():
+    """`value/explained_variance` is `1 - var(vs - V) / var(vs)` of the V-trace targets and
+    the learner's values (a slow reference from both), the same in IMPALA's and APPO's loss."""
+    from gazelle.algorithms.impala.loss import learner_view
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, _ = make_batch(agent, seed=5, terminated_at=[(2, 1)])
+    settings = LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0)
+    view = learner_view(agent, batch, settings)
+    vs = view.vtrace().vs
+    residual, target = (vs - view.values).flatten().tolist(), vs.flatten().tolist()
+
+    def var(xs):
+        mean = sum(xs) / len(xs)
+        return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+
+    want = 1.0 - var(residual) / var(target)
+    _, impala = impala_loss(agent, batch, settings)
+    _, appo = appo_loss(agent, batch, AppoSettings(settings, clip_ratio=0.1,
+                                                   normalize_advantages=False))  # fmt: skip
+    assert impala["value/explained_variance"].item() == pytest.approx(want, rel=1e-4)
+    assert appo["value/explained_variance"].item() == pytest.approx(want, rel=1e-4)

@@ -87,4 +87,5 @@ def appo_loss(
     # The two policy forces at ratio 1 (the surrogate's gradient before the ratio and the
     # clip): where the entropy term's is of the advantages' size, it steers the policy.
     metrics.update(view.logit_grad_norms(advantages, impala.entropy_cost))
+    metrics.update(view.diagnostics(targets.vs))
     return total, metrics

@@ -73,6 +73,19 @@ class LearnerView:
                 lambda_=lambda_,
             )
 
+    def diagnostics(self, vs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`value/explained_variance`, `1 - var(vs - V) / var(vs)` over the batch (1: the
+        values are the targets; 0: no better than their mean; the same in PopArt's units or
+        the returns'), and the Gaussian components' statistics
+        (`ActionDistribution.gaussian_stats`)."""
+        with torch.no_grad():
+            spread = vs.var()
+            explained = 1.0 - (vs - self.values).var() / spread.clamp_min(1e-8)
+        return {
+            "value/explained_variance": explained,
+            **self.distribution.gaussian_stats(self.target_logits, self.actions),
+        }
+
     def logit_grad_norms(self, advantages: torch.Tensor, entropy_cost: float) -> dict:
         """The policy and entropy terms' gradient norms in the logits of one discrete action
         set (`actor_critic.logit_grad_norms`); {} for other action spaces."""
@@ -168,7 +181,7 @@ def impala_loss(
     targets = view.vtrace(settings.vtrace_lambda, log_probs)
     if keep_targets is not None:
         keep_targets(targets.vs)
-    values = view.values
+    values, raw_vs = view.values, targets.vs
     if settings.popart:
         values, targets = in_sigma_units(agent, values, targets, settings.popart_rate, view.level)
     if settings.normalize_advantages:
@@ -182,4 +195,5 @@ def impala_loss(
         entropy_cost=settings.entropy_cost,
     )
     metrics.update(view.logit_grad_norms(targets.pg_advantages, settings.entropy_cost))
+    metrics.update(view.diagnostics(raw_vs))
     return total, metrics
