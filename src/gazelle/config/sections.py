@@ -96,7 +96,9 @@ class ModelConfig:
     normalize_obs: bool | None = None
     """Vector observations scaled by the running mean and std of what the learner has seen,
     clipped to +-5, before their encoder (the statistics travel with the weights and into
-    checkpoints); unset: the preset's (on for continuous control)."""
+    checkpoints); unset: the preset's (on for continuous control). IMPALA and APPO only: their
+    learner moves the statistics once per batch; A3C, whose workers compute their own
+    gradients, refuses it (nothing would move them)."""
 
     def agent_options(self) -> dict[str, Any]:
         """The keywords every copy of the agent is built with (`gazelle.models.build_agent`:

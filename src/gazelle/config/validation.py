@@ -140,6 +140,13 @@ def _validate_a3c(check: _Checks) -> None:
     from gazelle.config.presets import A3C_PRESET_NAMES
 
     check.choice("preset", A3C_PRESET_NAMES)
+    if check.value("normalize_obs"):
+        # why: IMPALA's learner moves the statistics once per batch; A3C has no learner,
+        # each worker computes its own gradient, and nothing would move them: the agent
+        # would only clip its raw inputs at +-5 (docs/notes/continuous.md).
+        raise ConfigError(
+            "normalize_obs", True, "off with --algo a3c (not implemented there: use appo or impala)"
+        )
     check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
     check.positive("reward_scale", integer=False)
