@@ -35,6 +35,8 @@ CASES = [
     (["--actor-timeout-s", "0"], "--actor-timeout-s: invalid value 0.0"),
     (["--env", "Pendulum-v1", "--algo", "a3c", "--normalize-obs"],
      "--normalize-obs: invalid value True; allowed: off with --algo a3c"),
+    (["--env", "Pendulum-v1", "--separate-value", "--use-lstm"],
+     "--separate-value: invalid value True; allowed: off with the LSTM core"),
 ]  # fmt: skip
 
 

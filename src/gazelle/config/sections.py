@@ -100,6 +100,11 @@ class ModelConfig:
     learner moves the statistics once per batch; A3C, whose workers compute their own
     gradients, refuses it (nothing would move them)."""
 
+    separate_value: bool = False
+    """The value head reads a network of its own (a second copy of the torso, or of every
+    field's encoder) instead of the policy's, as PPO's continuous-control agents do;
+    feed-forward agents only (--no-use-lstm)."""
+
     def agent_options(self) -> dict[str, Any]:
         """The keywords every copy of the agent is built with (`gazelle.models.build_agent`:
         learner, actors, inference server, test mode, benchmarks)."""
@@ -109,6 +114,7 @@ class ModelConfig:
             "log_std": self.log_std,
             "initial_log_std": float(self.initial_log_std),
             "normalize_obs": bool(self.normalize_obs),
+            "separate_value": bool(self.separate_value),
         }
 
 
@@ -278,6 +284,10 @@ class AppoConfig(ImpalaConfig):
     clip_ratio: float | None = None
     """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
     [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
+    clip_anchor: str = "behaviour"
+    """The policy the clipped ratio is taken to: behaviour (the actors' policy mu, whose lag
+    the clip then bounds too) or learner (the learner's policy at the start of each batch's
+    passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO)."""
 
 
 @dataclass(frozen=True)

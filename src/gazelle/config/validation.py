@@ -70,6 +70,10 @@ def validate(config: Config) -> Config:
     check.choice("log_std", LOG_STD_CHOICES)
     check.choice("action_bounds", ACTION_BOUNDS_CHOICES)
     check.in_range("initial_log_std", -20.0, 2.0)
+    if config.model.separate_value and config.model.use_lstm:
+        raise ConfigError(
+            "separate_value", True, "off with the LSTM core (--use-lstm), or --no-use-lstm"
+        )
     torso = config.model.torso
     if config.model.activation is not None and torso not in ("auto", *TORSO_ACTIVATIONS):
         raise ConfigError(
@@ -165,6 +169,7 @@ def _validate_appo(config: Any, check: _Checks) -> None:
     for name in ("epochs", "minibatches"):
         check.positive(name, allow_none=True)
     check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
+    check.choice("clip_anchor", ("behaviour", "learner"))
     batch, parts = config.appo.batch_size, config.appo.minibatches
     if batch is not None and parts is not None and batch % parts:
         raise ConfigError(
