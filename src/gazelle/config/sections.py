@@ -100,10 +100,11 @@ class ModelConfig:
     learner moves the statistics once per batch; A3C, whose workers compute their own
     gradients, refuses it (nothing would move them)."""
 
-    separate_value: bool = False
+    separate_value: bool | None = None
     """The value head reads a network of its own (a second copy of the torso, or of every
     field's encoder) instead of the policy's, as PPO's continuous-control agents do;
-    feed-forward agents only (--no-use-lstm)."""
+    feed-forward agents only (--no-use-lstm); unset: the preset's (off where no preset sets
+    it)."""
 
     def agent_options(self) -> dict[str, Any]:
         """The keywords every copy of the agent is built with (`gazelle.models.build_agent`:
@@ -284,10 +285,11 @@ class AppoConfig(ImpalaConfig):
     clip_ratio: float | None = None
     """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
     [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
-    clip_anchor: str = "behaviour"
+    clip_anchor: str | None = None
     """The policy the clipped ratio is taken to: behaviour (the actors' policy mu, whose lag
     the clip then bounds too) or learner (the learner's policy at the start of each batch's
-    passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO)."""
+    passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO);
+    unset: the preset's (behaviour where no preset sets it)."""
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,7 @@ def _validate_appo(config: Any, check: _Checks) -> None:
     for name in ("epochs", "minibatches"):
         check.positive(name, allow_none=True)
     check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
-    check.choice("clip_anchor", ("behaviour", "learner"))
+    check.choice("clip_anchor", ("behaviour", "learner"), allow_none=True)
     batch, parts = config.appo.batch_size, config.appo.minibatches
     if batch is not None and parts is not None and batch % parts:
         raise ConfigError(

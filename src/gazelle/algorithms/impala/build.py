@@ -71,7 +71,7 @@ class ImpalaRun:
     def anchor_at_learner(self) -> bool:
         """APPO's `--clip-anchor learner`: the batch gets the learner's policy before its
         passes (`loop.train_on_batch`)."""
-        return getattr(self.config.algorithm, "clip_anchor", "behaviour") == "learner"
+        return getattr(self.config.algorithm, "clip_anchor", None) == "learner"
 
     @property
     def passes(self) -> tuple[int, int]:
