@@ -12,6 +12,12 @@ window full; the run is then stopped with SIGINT (it saves its checkpoint and ex
 is when the budget runs out. Minutes count from the command's launch, so start-up (env
 probe, the layout measurement) is part of the time, as a user waits for it.
 
+`--run-to-budget` keeps each seed running past the threshold to its budget (the command's
+own end, `--max-frames` or `--max-minutes`), still recording when it got there: the report
+then also gives every seed's return at the end, the mean of its last `--window` episodes at
+the budget, and their mean and standard deviation over the seeds (the form in which PPO's
+MuJoCo results are published, e.g. "1,442 +- 46 at 1M steps").
+
 Writes OUT/report.md (per seed; the seeds that reached out of those run; the median over
 seeds with a seed that missed counted as not reached, never dropped, and min/max),
 OUT/report.json and OUT/curves.png (return against frames and against minutes: median of
@@ -162,7 +168,8 @@ def run_seed(command: list[str], logdir: Path, seed: int, args: argparse.Namespa
                 rows = rows_of(logdir)
                 minutes = (time.time() - launched) / 60.0
                 frames = rows[-1]["frames"] if rows else 0
-                if first_at(rows, args.threshold, args.window, launched):
+                reached = first_at(rows, args.threshold, args.window, launched)
+                if reached and not getattr(args, "run_to_budget", False):
                     reason = "reached the threshold"
                 elif minutes >= args.max_minutes:
                     reason = f"{args.max_minutes:g} minutes"
@@ -235,6 +242,18 @@ def summarise(out: Path, args: argparse.Namespace) -> dict[str, Any]:
                 "median": None if math.isinf(median) else median, "min": min(values),
                 "max": max(values) if len(reached) == len(seeds) else None,
             }  # fmt: skip
+    ends = [s["end_return"] for s in seeds]
+    if seeds and all(value is not None for value in ends):
+        # why: every seed or none: a seed without a return at its end is not dropped from
+        # the mean, the mean is not given.
+        summary["end_return"] = {
+            "mean": statistics.fmean(ends),
+            "std": statistics.pstdev(ends),
+            "median": statistics.median(ends),
+            "min": min(ends),
+            "max": max(ends),
+            "seeds": len(ends),
+        }
     return summary
 
 
@@ -283,6 +302,12 @@ def markdown(summary: dict[str, Any]) -> str:
             f"**{shown(f['median'], 1e6, 'M')}** ({shown(f['min'], 1e6, 'M')}-"
             f"{shown(f['max'], 1e6, 'M')}) | | | |"
         )
+    if "end_return" in summary:
+        e = summary["end_return"]
+        lines += ["", f"Return at the end (mean of the last {summary['window']} episodes): "
+                  f"**{e['mean']:,.1f} +- {e['std']:,.1f}** (mean +- std over {e['seeds']} "
+                  f"seeds; median {e['median']:,.1f}, min {e['min']:,.1f}, max "
+                  f"{e['max']:,.1f})."]  # fmt: skip
     if summary.get("drift") is not None and summary["drift"] > DRIFT:
         lines += ["", f"**The machine drifted**: its speed checks differ by "
                   f"{summary['drift']:.0%} over these runs, so their minutes are not "
@@ -349,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed-check-s", type=float, default=10.0,
                         help="seconds of the machine speed check before and after each seed "
                         "(0: none)")  # fmt: skip
+    parser.add_argument("--run-to-budget", action="store_true",
+                        help="do not stop a seed at the threshold: run it to its budget "
+                        "(its return at the end is reported)")  # fmt: skip
     parser.add_argument("--report", action="store_true", help="only report what OUT holds")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the training command")
     args = parser.parse_args(argv)

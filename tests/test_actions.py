@@ -261,3 +261,23 @@ def test_random_actions_fit_the_spec_and_the_obs_spec_carries_it():
     assert obs.actions == spec
     with pytest.raises(ValueError, match="not one set of discrete actions"):
         _ = obs.num_actions
+
+
+def test_gaussian_stats_are_the_log_std_the_mean_size_and_the_samples_past_the_bounds():
+    """`gaussian_stats` over the Gaussian dimensions only (the categorical's logits and index
+    are left out), written out by hand; a spec with no Gaussian has none."""
+    spec = action_spec_of(spaces.Tuple([spaces.Discrete(3), spaces.Box(-2, 2, (2,), np.float32)]))
+    dist = ActionDistribution(spec)
+    # two steps: logits (3), means (2), log-stds (2)
+    params = torch.tensor(
+        [[9.0, 9.0, 9.0, 0.5, -2.0, -1.0, 0.0], [9.0, 9.0, 9.0, 1.5, 0.0, -3.0, 1.0]]
+    )
+    actions = torch.tensor([[2.0, 0.2, -1.5], [0.0, 1.0, 3.0]])
+    stats = dist.gaussian_stats(params, actions)
+    torch.testing.assert_close(stats["policy/log_std_mean"], torch.tensor((-1 + 0 - 3 + 1) / 4))
+    torch.testing.assert_close(stats["policy/mean_abs"], torch.tensor((0.5 + 2 + 1.5 + 0) / 4))
+    # |u| > 1: -1.5 and 3.0 (1.0 is on the bound)
+    torch.testing.assert_close(stats["policy/beyond_bounds"], torch.tensor(2 / 4))
+    assert (
+        ActionDistribution(ActionSpec.categorical(4)).gaussian_stats(params[:, :4], actions) == {}
+    )

@@ -157,3 +157,35 @@ def test_train_on_batch_moves_the_statistics_once_per_batch_whatever_the_passes(
     }
     train_on_batch(SimpleNamespace(passes=(3, 2), learner=learner), batch, 0.001)  # type: ignore[arg-type]
     assert learner.steps == 6 and float(agent.obs_norms["frame"].count) == 12
+
+
+def test_a_separate_value_network_shares_nothing_with_the_policy():
+    """`separate_value`: the value's gradient reaches its own encoders only, the policy's
+    reaches none of them, and the policy's outputs are those of the shared agent with the
+    same policy weights; with an LSTM core it is refused."""
+    torch.manual_seed(0)
+    spec = spec_of(spaces.Box(-1, 1, (2,), np.float32))
+    agent = Agent(spec, "mlp", use_lstm=False, separate_value=True)
+    assert agent.value_encoders is not None
+    own = set(agent.value_encoders.parameters()) | set(agent.baseline.parameters())
+    out = step(agent)
+    agent.zero_grad()
+    out.baseline.sum().backward(retain_graph=True)
+    touched = {p for p in agent.parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert touched and touched <= own
+    agent.zero_grad()
+    out.policy_logits.sum().backward()
+    touched = {p for p in agent.parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert touched and not touched & own
+    shared = Agent(spec, "mlp", use_lstm=False)
+    shared.load_state_dict(
+        {k: v for k, v in agent.state_dict().items() if not k.startswith("value_encoders.")}
+    )
+    torch.manual_seed(3)
+    mine = step(agent)
+    torch.manual_seed(3)
+    theirs = step(shared)
+    torch.testing.assert_close(mine.policy_logits, theirs.policy_logits)
+    assert not torch.allclose(mine.baseline, theirs.baseline)
+    with pytest.raises(ValueError, match=r"separate_value: .* needs a feed-forward agent"):
+        Agent(spec, "mlp", use_lstm=True, separate_value=True)

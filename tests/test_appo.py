@@ -5,6 +5,7 @@ written out step by step, the passes over a batch, and its config."""
 from __future__ import annotations
 
 import functools
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -202,3 +203,106 @@ def test_a_reward_scale_is_the_same_loss_as_rewards_scaled_by_hand():
     assert abs(got.item() - unscaled.item()) > 1e-3
     with pytest.raises(ConfigError, match=r"--reward-scale: invalid value 0"):
         validate(Config.of(env="CartPole-v1", reward_scale=0))
+
+
+def test_both_losses_report_the_values_explained_variance():
+    """`value/explained_variance` is `1 - var(vs - V) / var(vs)` of the V-trace targets and
+    the learner's values (a slow reference from both), the same in IMPALA's and APPO's loss."""
+    from gazelle.algorithms.impala.loss import learner_view
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, _ = make_batch(agent, seed=5, terminated_at=[(2, 1)])
+    settings = LossSettings(GAMMA, 0.5, 0.01, "abs_one", 1.0)
+    view = learner_view(agent, batch, settings)
+    vs = view.vtrace().vs
+    residual, target = (vs - view.values).flatten().tolist(), vs.flatten().tolist()
+
+    def var(xs):
+        mean = sum(xs) / len(xs)
+        return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+
+    want = 1.0 - var(residual) / var(target)
+    _, impala = impala_loss(agent, batch, settings)
+    _, appo = appo_loss(agent, batch, AppoSettings(settings, clip_ratio=0.1,
+                                                   normalize_advantages=False))  # fmt: skip
+    assert impala["value/explained_variance"].item() == pytest.approx(want, rel=1e-4)
+    assert appo["value/explained_variance"].item() == pytest.approx(want, rel=1e-4)
+
+
+def test_the_learner_anchor_is_decoupled_ppo_step_by_step():
+    """With the batch's `proximal_logits` (pi_0) the policy term is
+    `sum_t -min(1, pi_0/mu) min(r A, clip(r) A)`, `r = pi / pi_0` (Python floats, one step at a
+    time, from the advantages written out as the loss's docstring says); on-policy, with pi_0
+    the actors' own policy, it is the behaviour-anchored loss."""
+    from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, learner_view, policy_logits_of
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, _ = make_batch(agent, seed=6, terminated_at=[(2, 1)])
+    settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 0.95), 0.2, False)
+    on_policy = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
+    plain, _ = appo_loss(agent, batch, settings)
+    anchored, metrics = appo_loss(agent, on_policy, settings)
+    torch.testing.assert_close(anchored, plain)
+    assert float(metrics["appo/lag_weight_mean"]) == pytest.approx(1.0)
+
+    g = torch.Generator().manual_seed(3)
+    lagged = {**batch, "policy_logits": batch["policy_logits"] + torch.randn(
+        batch["policy_logits"].shape, generator=g)}  # fmt: skip
+    proximal = policy_logits_of(agent, batch) + 0.3 * torch.randn(
+        policy_logits_of(agent, batch).shape, generator=g
+    )
+    got, _ = appo_loss(agent, {**lagged, PROXIMAL_LOGITS: proximal}, settings)
+    view = learner_view(agent, lagged, settings.impala)
+    with torch.no_grad():
+        vs = view.vtrace(0.95).vs
+        next_vs = torch.cat([vs[1:], view.bootstrap_value.unsqueeze(0)])
+        advantages = view.rewards + view.discounts * next_vs - view.values
+        log_pi = view.target_log_probs()
+        log_mu = view.distribution.log_prob(view.behaviour_logits, view.actions)
+        log_pi0 = view.distribution.log_prob(proximal, view.actions)
+    want = 0.0
+    for t in range(advantages.shape[0]):
+        for b in range(advantages.shape[1]):
+            r = math.exp(float(log_pi[t, b]) - float(log_pi0[t, b]))
+            w = min(1.0, math.exp(float(log_pi0[t, b]) - float(log_mu[t, b])))
+            a = float(advantages[t, b])
+            want += -w * min(r * a, min(max(r, 0.8), 1.2) * a)
+    assert float(got) == pytest.approx(want, rel=1e-4)
+
+
+class AnchorLearner:
+    """Records each step's anchor, then moves the agent's policy (as an optimiser step)."""
+
+    def __init__(self, agent) -> None:
+        self.agent, self.anchors = agent, []
+
+    def step(self, batch, learning_rate):
+        from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS
+
+        self.anchors.append((batch[PROXIMAL_LOGITS].clone(), batch["actor_id"].clone()))
+        with torch.no_grad():
+            self.agent.policy.bias.add_(0.5)
+        return {"losses/total": torch.tensor(0.0), "learner/skipped": 0.0}
+
+
+def test_the_learner_anchor_is_the_policy_before_the_batchs_passes():
+    """`--clip-anchor learner`: every optimiser step of a batch sees the learner's policy as
+    it was before the first of them (each minibatch its own unrolls of it), not as the
+    earlier steps left it."""
+    from gazelle.algorithms.impala.loss import policy_logits_of
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, _ = make_batch(agent, seed=7)
+    batch["actor_id"] = torch.arange(batch["action"].shape[1])
+    batch["policy_version"] = torch.zeros(batch["action"].shape[1], dtype=torch.int64)
+    before = policy_logits_of(agent, batch)
+    learner = AnchorLearner(agent)
+    run = SimpleNamespace(passes=(2, 2), learner=learner, anchor_at_learner=True)
+    train_on_batch(run, batch, 0.001)
+    assert len(learner.anchors) == 4
+    for anchor, unrolls in learner.anchors:
+        torch.testing.assert_close(anchor, before[:, unrolls.long()])
+    assert not torch.allclose(policy_logits_of(agent, batch), before)  # the steps moved it

@@ -33,6 +33,10 @@ CASES = [
     (["--device", "tpu"], "--device: invalid value 'tpu'"),
     (["--backend", "mpi"], "--backend: invalid value 'mpi'; allowed: local"),
     (["--actor-timeout-s", "0"], "--actor-timeout-s: invalid value 0.0"),
+    (["--env", "Pendulum-v1", "--algo", "a3c", "--normalize-obs"],
+     "--normalize-obs: invalid value True; allowed: off with --algo a3c"),
+    (["--env", "Pendulum-v1", "--separate-value", "--use-lstm"],
+     "--separate-value: invalid value True; allowed: off with the LSTM core"),
 ]  # fmt: skip
 
 

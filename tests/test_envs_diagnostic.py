@@ -134,7 +134,42 @@ def test_fast_atari_returns_fresh_arrays() -> None:
     assert env.unwrapped._pool.max() > 0
 
 
-@pytest.mark.parametrize("env_id", ["gazelle/Memory-v0", "gazelle/Instruction-v0"])
+def test_reach_spec_and_its_returns_through_gazelles_action_mapping() -> None:
+    """The Box is the action space and the target's range; returns of the policies the
+    docstring names, with the Gaussian's samples brought onto the bounds as gazelle does
+    (`native_action`): exact aim 0, the middle -0.25, the initial std (1 in units of half the
+    range) about -0.28, a fifth of it -0.075, and aiming with actions that stop at [-1, 1]
+    (not brought onto the bounds) no better than the middle."""
+    from gazelle.envs.action_spaces import native_action
+
+    env = make("gazelle/Reach-v0", seed=0)
+    spec = obs_spec(env)
+    (component,) = spec.actions.components
+    assert component.kind == "gaussian" and component.size == 2
+    assert (component.low, component.high) == ((-3.0, 0.5), (1.0, 4.5))
+    assert spec.frame_shape == (2,) and spec.frame_dtype == np.float32
+    low, high = np.array(component.low), np.array(component.high)
+    to_env = native_action(env.action_space)
+    rng = np.random.default_rng(0)
+
+    def aim(std: float) -> Policy:
+        # the sample u of a Gaussian whose mean is the target in units of half the range
+        return lambda obs, t: to_env(
+            (obs["frame"] - low) / (high - low) * 2 - 1 + std * rng.normal(size=2)
+        )
+
+    assert _mean_return(env, lambda obs, t: obs["frame"], 50) == (0.0, 1)
+    middle, _ = _mean_return(env, lambda obs, t: (low + high) / 2, 4000)
+    assert middle == pytest.approx(-0.25, abs=0.01)
+    assert _mean_return(env, aim(1.0), 4000)[0] == pytest.approx(-0.28, abs=0.01)
+    assert _mean_return(env, aim(0.2), 4000)[0] == pytest.approx(-0.075, abs=0.005)
+    unit, _ = _mean_return(env, lambda obs, t: np.clip(obs["frame"], -1, 1), 4000)
+    assert unit < -0.24
+
+
+@pytest.mark.parametrize(
+    "env_id", ["gazelle/Memory-v0", "gazelle/Instruction-v0", "gazelle/Reach-v0"]
+)
 def test_registered_with_gymnasium(env_id: str) -> None:
     import gazelle.envs  # noqa: F401  (registers the ids)
 

@@ -99,3 +99,30 @@ def test_bad_input_names_the_argument():
         clipped_surrogate_loss(target, behaviour, actions, advantages[:2], 0.2)
     with pytest.raises(ValueError, match="clip must be > 0"):
         clipped_surrogate_loss(target, behaviour, actions, advantages, 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_weights_scale_each_steps_term(seed):
+    """Decoupled PPO's weights: `sum_t -w_t min(r_t A_t, clip(r_t) A_t)`, step by step; with
+    every weight 1 it is the plain loss."""
+    target, behaviour, actions, advantages = batch(seed)
+    softmax = ActionDistribution(ActionSpec.categorical(target.shape[-1]))
+    weights = torch.rand(advantages.shape, generator=torch.Generator().manual_seed(seed + 7),
+                         dtype=torch.float64)  # fmt: skip
+    got, _ = ppo.clipped_surrogate_loss(
+        softmax.log_prob(target, actions), softmax.log_prob(behaviour, actions), advantages,
+        0.2, weights,
+    )  # fmt: skip
+    want = 0.0
+    for t in range(target.shape[0]):
+        for b in range(target.shape[1]):
+            one = (slice(t, t + 1), slice(b, b + 1))
+            term = reference(target[one], behaviour[one], actions[one], advantages[one], 0.2)
+            want += float(weights[t, b]) * term
+    assert float(got) == pytest.approx(want)
+    ones, _ = ppo.clipped_surrogate_loss(
+        softmax.log_prob(target, actions), softmax.log_prob(behaviour, actions), advantages,
+        0.2, torch.ones_like(weights),
+    )  # fmt: skip
+    plain, _ = clipped_surrogate_loss(target, behaviour, actions, advantages, 0.2)
+    assert float(ones) == pytest.approx(float(plain))

@@ -97,6 +97,55 @@ def test_kept_runs_are_read_from_their_gzipped_progress(tmp_path):
     assert tts.rows_of(tmp_path) == rows
 
 
+def test_the_return_at_the_end_is_summarised_over_every_seed(tmp_path):
+    """Each seed's last row is its return at the end; the summary gives their mean and
+    (population) standard deviation over all seeds, or nothing when a seed has none."""
+    args = tts.argparse.Namespace(threshold=10.0, window=100)
+    write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0), row(20, 1200.0, 100, 1120.0)])
+    write_seed(tmp_path, 2, [row(20, 1500.0, 100, 1120.0)])
+    write_seed(tmp_path, 3, [row(20, 1800.0, 100, 1120.0)])
+    summary = tts.summarise(tmp_path, args)
+    end = summary["end_return"]
+    assert end["mean"] == pytest.approx(1500.0) and end["seeds"] == 3
+    assert end["std"] == pytest.approx((2 * 300.0**2 / 3) ** 0.5)  # numpy's np.std
+    assert (end["median"], end["min"], end["max"]) == (1500.0, 1200.0, 1800.0)
+    assert "**1,500.0 +- 244.9** (mean +- std over 3 seeds" in tts.markdown(summary)
+    write_seed(tmp_path, 4, [row(20, None, 0, 1120.0)])  # no episode ended
+    summary = tts.summarise(tmp_path, args)
+    assert "end_return" not in summary and "Return at the end" not in tts.markdown(summary)
+
+
+#: A stand-in run that logs a return over the threshold at once and ends by itself.
+LOGGING_RUN = """
+import json, sys, time
+from pathlib import Path
+logdir = Path(sys.argv[sys.argv.index("--logdir") + 1])
+for frames in range(1, 6):
+    row = {"frames": frames * 100, "episode_return": 50.0 + frames, "episode_window": 100,
+           "wall_time": time.time(), "fps": 10.0}
+    with open(logdir / "progress.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\\n")
+    time.sleep(0.4)
+"""
+
+
+@pytest.mark.parametrize("to_budget", [False, True])
+def test_run_to_budget_keeps_a_seed_running_past_its_threshold(tmp_path, to_budget):
+    out = tmp_path / "tts"
+    extra = ["--run-to-budget"] if to_budget else []
+    code = tts.main([
+        "--out", str(out), "--seeds", "1", "--threshold", "40", "--poll-s", "0.1",
+        "--speed-check-s", "0", *extra, "--", sys.executable, "-c", LOGGING_RUN,
+    ])  # fmt: skip
+    assert code == 0
+    seed = json.loads((out / "report.json").read_text())["seeds"][0]
+    assert seed["reached"]["frames"] == 100
+    if to_budget:
+        assert seed["end_frames"] == 500 and seed["end_return"] == 55.0  # its own end
+    else:
+        assert seed["end_frames"] < 500  # stopped at the threshold
+
+
 def test_the_report_shows_the_speed_checks_and_warns_when_the_machine_drifted(tmp_path):
     args = tts.argparse.Namespace(threshold=10.0, window=100)
     write_seed(tmp_path, 1, [row(10, 5.0, 100, 1060.0)], speeds=[300.0, 290.0])

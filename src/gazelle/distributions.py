@@ -124,6 +124,32 @@ class ActionDistribution:
                 total = total + (s2 - s1 + 0.5 * ratio - 0.5).sum(-1)
         return total
 
+    def gaussian_stats(
+        self, params: torch.Tensor, actions: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Diagnostics of the Gaussian components over all steps and dimensions (detached
+        0-dim tensors; {} without a Gaussian): `policy/log_std_mean` (the policy's mean
+        log-std), `policy/mean_abs` (the mean |mean|, in units of half a bounded range: above
+        1 the policy aims past the bounds) and `policy/beyond_bounds` (the fraction of the
+        samples `u` outside [-1, 1]: on a bounded dimension the env gets them clipped or
+        squashed)."""
+        if self.spec.is_discrete:
+            return {}
+        with torch.no_grad():
+            means, log_stds, samples = [], [], []
+            for (c, p), (_, a) in zip(self._params(params), self._actions(actions)):
+                if c.kind == GAUSSIAN:
+                    mean, log_std = p.chunk(2, dim=-1)
+                    means.append(mean.reshape(-1))
+                    log_stds.append(log_std.reshape(-1))
+                    samples.append(a.reshape(-1).to(p.dtype))
+            u = torch.cat(samples)
+            return {
+                "policy/log_std_mean": torch.cat(log_stds).mean(),
+                "policy/mean_abs": torch.cat(means).abs().mean(),
+                "policy/beyond_bounds": (u.abs() > 1.0).to(u.dtype).mean(),
+            }
+
     # -- what the actors read ----------------------------------------------------------
     def sample(self, params: torch.Tensor) -> torch.Tensor:
         """A sampled action per step, `[..., *spec.shape]` of `spec.dtype` (no gradient)."""

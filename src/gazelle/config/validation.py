@@ -76,6 +76,10 @@ def validate(config: Config) -> Config:
     check.choice("log_std", LOG_STD_CHOICES)
     check.choice("action_bounds", ACTION_BOUNDS_CHOICES)
     check.in_range("initial_log_std", -20.0, 2.0)
+    if config.model.separate_value and config.model.use_lstm:
+        raise ConfigError(
+            "separate_value", True, "off with the LSTM core (--use-lstm), or --no-use-lstm"
+        )
     torso = config.model.torso
     if config.model.activation is not None and torso not in ("auto", *TORSO_ACTIVATIONS):
         raise ConfigError(

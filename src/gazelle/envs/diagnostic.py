@@ -9,8 +9,10 @@
   one of which (a Discrete) the agent must read.
 - `gazelle/Controls-v0` (`ControlsEnv`): a composite action (a Dict of MultiBinary buttons,
   a Discrete dial and a Box lever) whose every part must match a shown target.
+- `gazelle/Reach-v0` (`ReachEnv`): continuous actions: put a point on a target, within a
+  Box whose bounds are neither [-1, 1] nor symmetric.
 
-The first four follow gazelle's contract (`frame`, optionally `instruction`); `DictObs` has
+The others follow gazelle's contract (`frame`, optionally `instruction`); `DictObs` has
 Gymnasium's own spaces and goes through the generic adapter. Every step sets
 `info["game_over"]`.
 """
@@ -239,6 +241,60 @@ class ControlsEnv(gymnasium.Env):
         return self._obs(), reward, done, False, info
 
 
+class ReachEnv(gymnasium.Env):
+    """Put the point on the target: a contextual bandit with a continuous action.
+
+    Each step shows a target `t` drawn uniformly inside the action Box (`low`, `high`, both
+    `[dims]`, by default neither [-1, 1] nor symmetric); the action `a` is where the point
+    goes, and the reward is minus the mean over dimensions of `|a_i - t_i| / (high_i -
+    low_i)`, in [-1, 0]. An episode is `episode_length` steps (1 by default: the value of a
+    state is then the expected reward of one step, which the baseline can learn; with more
+    steps and no clock in the observation it cannot, and its error is the advantages' noise).
+
+    `frame` float32 `[dims]`: the target, in the Box's own coordinates.
+    Optimal return 0 per step. An agent that ignores the target (the Box's middle): -0.25.
+    One that aims at the target with the Gaussian's initial std (half the range), clipped at
+    the bounds: about -0.28; with a fifth of that std, -0.075. One whose actions reach only
+    [-1, 1] (not brought onto the bounds): at best about -0.25.
+    """
+
+    LOW = (-3.0, 0.5)
+    HIGH = (1.0, 4.5)
+
+    def __init__(
+        self,
+        low: tuple[float, ...] = LOW,
+        high: tuple[float, ...] = HIGH,
+        episode_length: int = 1,
+    ) -> None:
+        self.low, self.high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        if self.low.shape != self.high.shape or not np.all(self.low < self.high):
+            raise ValueError(f"need low < high of one shape, got {low} and {high}")
+        self.episode_length = episode_length
+        self.observation_space = spaces.Dict(
+            {FRAME: spaces.Box(self.low, self.high, dtype=np.float32)}
+        )
+        self.action_space = spaces.Box(self.low, self.high, dtype=np.float32)
+        self._t, self._target = 0, self.low.copy()
+
+    def _obs(self) -> dict[str, Any]:
+        self._target = self.np_random.uniform(self.low, self.high).astype(np.float32)
+        return {FRAME: self._target.copy()}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> StepResult:
+        point = np.asarray(action, np.float64).reshape(self.low.shape)
+        error = np.abs(point - self._target) / (self.high - self.low)
+        reward = -float(error.mean())
+        self._t += 1
+        done = self._t >= self.episode_length
+        return self._obs(), reward, done, False, {"game_over": done}
+
+
 class FastAtariEnv(gymnasium.Env):
     """Atari-shaped frames at memory-copy speed, for throughput tests.
 
@@ -281,6 +337,7 @@ DIAGNOSTIC_IDS = {
     "gazelle/Catch-v0": CatchEnv,
     "gazelle/DictObs-v0": DictObsEnv,
     "gazelle/Controls-v0": ControlsEnv,
+    "gazelle/Reach-v0": ReachEnv,
 }
 
 

@@ -87,6 +87,10 @@ class Agent(nn.Module):
         normalize_obs: each vector field goes through its running normalisation
             (`gazelle.models.normalize.ObsNorm`) before its encoder; the learner moves the
             statistics (`update_obs_stats`).
+        separate_value: the value head reads a network of its own, a second encoder for
+            every field (with the same inputs: the clipped reward and the last action),
+            instead of sharing the policy's (PPO's continuous-control agent); feed-forward
+            agents only (`use_lstm=False`).
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
@@ -115,10 +119,16 @@ class Agent(nn.Module):
         log_std: str = "parameter",
         initial_log_std: float = 0.0,
         normalize_obs: bool = False,
+        separate_value: bool = False,
     ):
         super().__init__()
         if log_std not in LOG_STD_KINDS:
             raise ValueError(f"log_std: invalid value {log_std!r}; allowed: parameter | state")
+        if separate_value and use_lstm:
+            raise ValueError(
+                "separate_value: a value network of its own needs a feed-forward agent "
+                "(use_lstm=False; with the LSTM core the value reads the policy's core)"
+            )
         self.obs_spec = obs_spec
         self.actions = obs_spec.actions
         self.distribution = ActionDistribution(self.actions)
@@ -140,6 +150,17 @@ class Agent(nn.Module):
                 for f in obs_spec.fields
                 if f.name not in (FRAME, INSTRUCTION)
             }
+        )
+        #: The value network's own encoder of each field (`separate_value`), or None.
+        self.value_encoders = (
+            nn.ModuleDict(
+                {
+                    f.name: make_encoder(f, torso, obs_spec, activation, subtract_background)
+                    for f in obs_spec.fields
+                }
+            )
+            if separate_value
+            else None
         )
         #: The running normalisation of each vector field (`normalize_obs`), by name.
         self.obs_norms = nn.ModuleDict(
@@ -350,14 +371,13 @@ class Agent(nn.Module):
     ) -> tuple[AgentOutput, AgentState]:
         """The shared body of `step` and `unroll`, on `[T, B, ...]` inputs."""
         num_steps, batch_size = done.shape
-        parts = [] if self.torso is None else [self._encode(FRAME, obs)]  # [T*B, F]
+        inputs: list[torch.Tensor] = []  # the clipped reward and the last action
         if self.last_action_reward:
             clipped_reward = reward.reshape(-1, 1).float().clamp(-1.0, 1.0)
             # why: the actions' own dims follow the time and batch dims.
             flat_action = last_action.reshape(-1, *self.actions.shape)
-            parts += [clipped_reward, self.distribution.encode(flat_action)]
-        parts += [self._encode(name, obs) for name in self._others]
-        core_input = torch.cat(parts, dim=-1)  # [T*B, I]
+            inputs = [clipped_reward, self.distribution.encode(flat_action)]
+        core_input = self._core_input(obs, inputs)  # [T*B, I]
 
         if self.core is not None:
             core_output, state = self.core(core_input.view(num_steps, batch_size, -1), done, state)
@@ -369,7 +389,12 @@ class Agent(nn.Module):
             policy_logits = self.policy_params(self.policy(core_output))  # [T*B, P]
             if level is not None:
                 level = level.expand(num_steps, batch_size).reshape(-1)  # [T*B]
-            baseline = self.baseline(core_output, level).squeeze(-1)  # [T*B]
+            value_input = (
+                core_output
+                if self.value_encoders is None
+                else self._core_input(obs, inputs, self.value_encoders)
+            )
+            baseline = self.baseline(value_input, level).squeeze(-1)  # [T*B]
         if greedy:
             action = self.distribution.mode(policy_logits)
         else:
@@ -385,15 +410,28 @@ class Agent(nn.Module):
             assert isinstance(norm, ObsNorm)
             norm.update(obs[name])
 
-    def _encode(self, name: str, obs: Obs) -> torch.Tensor:
-        """Field `name` of `[T, B, ...]` obs -> float features `[T*B, F]`."""
+    def _core_input(
+        self, obs: Obs, inputs: list[torch.Tensor], encoders: nn.ModuleDict | None = None
+    ) -> torch.Tensor:
+        """The encodings of `frame`, then `inputs` (reward, action), then the other fields,
+        `[T*B, I]`; by the policy's encoders, or by `encoders` (the value's own)."""
+        names = self.obs_spec.names
+        parts = [self._encode(FRAME, obs, encoders)] if FRAME in names else []  # [T*B, F]
+        parts += inputs
+        parts += [self._encode(name, obs, encoders) for name in self._others]
+        return torch.cat(parts, dim=-1)
+
+    def _encode(self, name: str, obs: Obs, encoders: nn.ModuleDict | None = None) -> torch.Tensor:
+        """Field `name` of `[T, B, ...]` obs -> float features `[T*B, F]` (by the policy's
+        encoder of the field, or by `encoders[name]`)."""
         value = obs[name].flatten(0, 1)
         if name in self.obs_norms:
             value = self.obs_norms[name](value)
         factor = self._upscale.get(name, 1)
         if factor > 1:
             value = upscale(value, factor)
-        return self._encoder(name)(value).float()
+        encoder = self._encoder(name) if encoders is None else encoders[name]
+        return encoder(value).float()
 
 
 def build_agent(
@@ -408,6 +446,7 @@ def build_agent(
     log_std: str = "parameter",
     initial_log_std: float = 0.0,
     normalize_obs: bool = False,
+    separate_value: bool = False,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
@@ -416,7 +455,7 @@ def build_agent(
                  last_action_reward=last_action_reward, num_levels=num_levels,
                  activation=activation, subtract_background=subtract_background,
                  log_std=log_std, initial_log_std=initial_log_std,
-                 normalize_obs=normalize_obs)  # fmt: skip
+                 normalize_obs=normalize_obs, separate_value=separate_value)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

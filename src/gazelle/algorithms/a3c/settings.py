@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gazelle.config.errors import ConfigError
 from gazelle.config.validation import REWARD_CLIPPING_CHOICES, Checks
 
 ADVANTAGE_VALUES_CHOICES = ("acting", "synced")
@@ -71,6 +72,13 @@ class A3CConfig:
 
 def validate_a3c(check: Checks) -> None:
     """Every field of the section (its `--preset` is checked against the presets before)."""
+    if check.value("normalize_obs"):
+        # why: IMPALA's learner moves the statistics once per batch; A3C has no learner,
+        # each worker computes its own gradient, and nothing would move them: the agent
+        # would only clip its raw inputs at +-5 (docs/notes/continuous.md).
+        raise ConfigError(
+            "normalize_obs", True, "off with --algo a3c (not implemented there: use appo or impala)"
+        )
     check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
     check.positive("reward_scale", integer=False)

@@ -17,6 +17,18 @@ normalisation and the squares (`impala.popart`).
 The advantage is IMPALA's `pg_advantages` without V-trace's clipped rho in front: the ratio
 is in the surrogate, where the clip bounds it (a V-trace advantage already weighed by
 min(1, rho) would count the correction twice).
+
+With the batch's `proximal_logits` (`--clip-anchor learner`: the learner's policy pi_0 at the
+start of the batch's passes, `impala.loss.policy_logits_of`) the surrogate is decoupled PPO's
+(Hilton et al. 2021): the ratio and its clip are taken to pi_0, and the actors' lag is
+corrected by a truncated weight instead,
+
+    policy     = sum_t -w_t min(r_t A_t, clip(r_t, 1 - c, 1 + c) A_t),
+                 r_t = pi(a_t|x_t) / pi_0(a_t|x_t),  w_t = min(1, pi_0(a_t|x_t) / mu(a_t|x_t)),
+
+so the clip bounds how far the passes move the policy, however old the actors' policy mu:
+anchored at mu, a lag of L batches spends the clip range on the updates of the L batches
+before (docs/notes/continuous.md).
 """
 
 from __future__ import annotations
@@ -27,7 +39,12 @@ from typing import Any
 
 import torch
 
-from gazelle.algorithms.impala.loss import LossSettings, learner_view, normalized
+from gazelle.algorithms.impala.loss import (
+    PROXIMAL_LOGITS,
+    LossSettings,
+    learner_view,
+    normalized,
+)
 from gazelle.algorithms.impala.popart import sigma_of
 from gazelle.losses import actor_critic
 from gazelle.losses.ppo import clipped_surrogate_loss
@@ -71,8 +88,14 @@ def appo_loss(
         raw_mean, raw_std = advantages.mean(), advantages.std()
         if settings.normalize_advantages:
             advantages = normalized(advantages)
+    anchor, weights = targets.behaviour_action_log_probs, None
+    if PROXIMAL_LOGITS in batch:
+        with torch.no_grad():
+            anchor = view.distribution.log_prob(batch[PROXIMAL_LOGITS], view.actions)
+            # why: exp(log pi_0 - log mu), truncated at 1 as V-trace's rho.
+            weights = torch.exp(anchor - targets.behaviour_action_log_probs).clamp(max=1.0)
     policy, policy_metrics = clipped_surrogate_loss(
-        log_probs, targets.behaviour_action_log_probs, advantages, settings.clip_ratio
+        log_probs, anchor, advantages, settings.clip_ratio, weights
     )
     baseline, baseline_metrics = actor_critic.baseline_loss((targets.vs - view.values) / sigma)
     entropy, entropy_metrics = actor_critic.entropy_loss(view.entropy())
@@ -84,7 +107,10 @@ def appo_loss(
         "appo/advantage_std": raw_std,
         "vtrace/kl_behaviour_target": (-targets.log_rhos).mean(),
     }  # fmt: skip
+    if weights is not None:
+        metrics["appo/lag_weight_mean"] = weights.mean()
     # The two policy forces at ratio 1 (the surrogate's gradient before the ratio and the
     # clip): where the entropy term's is of the advantages' size, it steers the policy.
     metrics.update(view.logit_grad_norms(advantages, impala.entropy_cost))
+    metrics.update(view.diagnostics(targets.vs))
     return total, metrics

@@ -22,6 +22,11 @@ class AppoConfig(ImpalaConfig):
     clip_ratio: float | None = None
     """PPO's clip: the ratio pi/mu of the learner's to the actors' policy is clipped to
     [1 - clip, 1 + clip] in the surrogate; unset: the preset's."""
+    clip_anchor: str | None = None
+    """The policy the clipped ratio is taken to: behaviour (the actors' policy mu, whose lag
+    the clip then bounds too) or learner (the learner's policy at the start of each batch's
+    passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO);
+    unset: the preset's (behaviour where no preset sets it)."""
 
 
 def validate_appo(check: Checks) -> None:
@@ -30,6 +35,7 @@ def validate_appo(check: Checks) -> None:
     for name in ("epochs", "minibatches"):
         check.positive(name, allow_none=True)
     check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
+    check.choice("clip_anchor", ("behaviour", "learner"), allow_none=True)
     batch, parts = check.value("batch_size"), check.value("minibatches")
     if batch is not None and parts is not None and batch % parts:
         raise ConfigError(

@@ -69,6 +69,12 @@ class ImpalaRun:
         return float(self.config.algorithm.learning_rate or 0.0)
 
     @property
+    def anchor_at_learner(self) -> bool:
+        """APPO's `--clip-anchor learner`: the batch gets the learner's policy before its
+        passes (`loop.train_on_batch`)."""
+        return getattr(self.config.algorithm, "clip_anchor", None) == "learner"
+
+    @property
     def passes(self) -> tuple[int, int]:
         """`(epochs, minibatches)`: optimiser steps per batch (APPO; IMPALA: one step)."""
         section = self.config.algorithm

@@ -15,6 +15,7 @@ import torch
 
 from gazelle.algorithms import runlock
 from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
+from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, policy_logits_of
 from gazelle.algorithms.impala.report import (
     console_extras,
     describe,
@@ -75,11 +76,15 @@ def train_on_batch(
     steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value.
 
     With `--normalize-obs` the batch's vector observations first join the agent's running
-    statistics (once per batch, whatever the passes: `gazelle.models.normalize`)."""
+    statistics (once per batch, whatever the passes: `gazelle.models.normalize`). With APPO's
+    `--clip-anchor learner` the batch then gets the learner's policy before its passes
+    (`PROXIMAL_LOGITS`, the anchor of `appo.loss`)."""
     agent: Any = getattr(run.learner, "agent", None)
     norms = getattr(agent, "obs_norms", None)
     if norms:
         agent.update_obs_stats({name: batch[name] for name in norms})
+    if getattr(run, "anchor_at_learner", False):
+        batch = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
     epochs, minibatches = run.passes
     if epochs == 1 and minibatches == 1:
         return run.learner.step(batch, learning_rate)

@@ -73,6 +73,19 @@ class LearnerView:
                 lambda_=lambda_,
             )
 
+    def diagnostics(self, vs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`value/explained_variance`, `1 - var(vs - V) / var(vs)` over the batch (1: the
+        values are the targets; 0: no better than their mean; the same in PopArt's units or
+        the returns'), and the Gaussian components' statistics
+        (`ActionDistribution.gaussian_stats`)."""
+        with torch.no_grad():
+            spread = vs.var()
+            explained = 1.0 - (vs - self.values).var() / spread.clamp_min(1e-8)
+        return {
+            "value/explained_variance": explained,
+            **self.distribution.gaussian_stats(self.target_logits, self.actions),
+        }
+
     def logit_grad_norms(self, advantages: torch.Tensor, entropy_cost: float) -> dict:
         """The policy and entropy terms' gradient norms in the logits of one discrete action
         set (`actor_critic.logit_grad_norms`); {} for other action spaces."""
@@ -94,8 +107,8 @@ def normalized(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:
-    """Unroll the learner's agent over a `[T+1, B]` batch; pair the fields (`impala_loss`)."""
+def _unroll(agent: Any, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
+    """The agent's outputs over a `[T+1, B]` batch, and each unroll's level (or None)."""
     # why: the agent's obs spec names the batch's observation fields (every key it reads).
     obs = {name: batch[name] for name in agent.obs_spec.names}
     done = batch["terminated"] | batch["truncated"]
@@ -104,6 +117,27 @@ def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSetti
     # why: an agent without a value per level (any custom one) is called as before.
     levels = {} if level is None else {"level": level}
     learner_out, _ = agent.unroll(obs, batch["action"], batch["reward"], done, state, **levels)
+    return learner_out, level
+
+
+def policy_logits_of(agent: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The agent's policy on x_t for t = 0..T-1 of a `[T+1, B]` batch, `[T, B, P]`, as
+    `learner_view`'s `target_logits` (no gradient): APPO's anchor at the start of a batch's
+    passes (`PROXIMAL_LOGITS`)."""
+    with torch.no_grad():
+        learner_out, _ = _unroll(agent, batch)
+        # why: the shift by one of `learner_view`: the last step's policy pairs with no action.
+        return learner_out.policy_logits.float()[:-1]
+
+
+#: The batch field of the learner's policy at the start of the batch's passes, `[T, B, P]`
+#: (`policy_logits_of`; APPO with `--clip-anchor learner`).
+PROXIMAL_LOGITS = "proximal_logits"
+
+
+def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:
+    """Unroll the learner's agent over a `[T+1, B]` batch; pair the fields (`impala_loss`)."""
+    learner_out, level = _unroll(agent, batch)
     logits = learner_out.policy_logits.float()
     baseline = learner_out.baseline.float()
 
@@ -168,7 +202,7 @@ def impala_loss(
     targets = view.vtrace(settings.vtrace_lambda, log_probs)
     if keep_targets is not None:
         keep_targets(targets.vs)
-    values = view.values
+    values, raw_vs = view.values, targets.vs
     if settings.popart:
         values, targets = in_sigma_units(agent, values, targets, settings.popart_rate, view.level)
     if settings.normalize_advantages:
@@ -182,4 +216,5 @@ def impala_loss(
         entropy_cost=settings.entropy_cost,
     )
     metrics.update(view.logit_grad_norms(targets.pg_advantages, settings.entropy_cost))
+    metrics.update(view.diagnostics(raw_vs))
     return total, metrics
