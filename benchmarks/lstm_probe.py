@@ -59,7 +59,7 @@ BIN = 25
 #: Experimental cores for A/B runs (`--core`): the env var reaches the actor processes too,
 #: which import this file as their `__mp_main__` (spawn) and so apply the same patch.
 CORE_ENV = "LSTM_PROBE_CORE"
-CORE_VARIANTS = ("seed", "ln", "ln0", "inln", "clip5", "noreset")
+CORE_VARIANTS = ("seed", "ln", "ln0", "inln", "clip5", "noreset", "skip", "warm")
 
 
 def input_proj(core: Any, inputs: torch.Tensor) -> torch.Tensor:
@@ -100,7 +100,11 @@ def _patch_core(variant: str) -> None:
     - `inln`: LayerNorm (with gain and bias) on the core input only;
     - `clip5`: c clipped to [-5, 5] after each step;
     - `noreset`: the seed's LSTM, its state never reset at an episode's start (carried on
-      from the previous episode), in the actors and the learner alike.
+      from the previous episode), in the actors and the learner alike;
+    - `skip`: the seed's LSTM, its output `h + P x` (P a linear map of the core input): the
+      heads see the present input directly at every step, the first after a reset too;
+    - `warm`: the seed's LSTM, reset not to zeros but to the state `WARM_STEPS` steps of the
+      cell on the episode's first input reach from zeros.
     """
     if variant == "seed":
         return
@@ -117,6 +121,10 @@ def _patch_core(variant: str) -> None:
         cls.probe_variant = variant  # type: ignore[attr-defined]
         cls.reset = staticmethod(lambda state, done: state)  # type: ignore[method-assign]
         return
+    if variant == "warm":
+        cls.probe_variant = variant  # type: ignore[attr-defined]
+        cls.forward = _warm_forward  # type: ignore[method-assign]
+        return
     original_init = cls.__init__
 
     def init(self: Any, input_size: int, hidden_size: int = 256) -> None:
@@ -128,6 +136,8 @@ def _patch_core(variant: str) -> None:
             self.ln_c = nn.LayerNorm(hidden_size, elementwise_affine=affine)
         if variant == "inln":
             self.ln_in = nn.LayerNorm(input_size)
+        if variant == "skip":
+            self.skip = nn.Linear(input_size, hidden_size)
 
     def run(self: Any, inputs: torch.Tensor, state: Any) -> Any:
         h, c = state
@@ -136,13 +146,40 @@ def _patch_core(variant: str) -> None:
         for t in range(inputs.shape[0]):
             _, h, c = cell(self, xw[t], h, c)
             outs.append(h)
-        return torch.stack(outs), (h, c)
+        out = torch.stack(outs)
+        if variant == "skip":
+            out = out + self.skip(inputs)
+        return out, (h, c)
 
     cls.probe_variant = variant  # type: ignore[attr-defined]
     cls.__init__ = init  # type: ignore[method-assign]
     cls._run = run  # type: ignore[method-assign]
     # why: a one-step call gets [B, I]; `run` takes [t, B, I].
     cls._step = lambda self, x, st: run(self, x.unsqueeze(0), st)  # type: ignore[method-assign]
+
+
+WARM_STEPS = 8
+
+
+def _warm_forward(
+    self: Any, inputs: torch.Tensor, done: torch.Tensor, state: Any, fast: bool = True
+) -> Any:
+    """`LSTMCore.forward` with the `warm` reset (`_patch_core`): one step at a time."""
+    with torch.autocast(inputs.device.type, enabled=False):
+        inputs = inputs.float()
+        h, c = state
+        outs = []
+        for t in range(inputs.shape[0]):
+            if bool(done[t].any()):
+                xw = input_proj(self, inputs[t])
+                wh, wc = torch.zeros_like(h), torch.zeros_like(c)
+                for _ in range(WARM_STEPS):
+                    _, wh, wc = cell(self, xw, wh, wc)
+                mask = done[t].unsqueeze(-1)
+                h, c = torch.where(mask, wh, h), torch.where(mask, wc, c)
+            _, h, c = cell(self, input_proj(self, inputs[t]), h, c)
+            outs.append(h)
+        return torch.stack(outs), (h, c)
 
 
 _patch_core(os.environ.get(CORE_ENV, "seed"))
