@@ -40,6 +40,7 @@ from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
+from gazelle.runtime.memory_check import MemoryCheck, readable
 from gazelle.runtime.schedule import LinearDecay
 from gazelle.tracking import open_run_logger
 
@@ -233,6 +234,13 @@ def _loop(
     frames_per_unroll = run.unroll_length * run.action_repeats
     ckpt_path = Path(cfg.run.logdir) / CHECKPOINT_FILE
     stall = StallWatch()
+    # why: a memoryless agent on a task with hidden state learns nothing and says nothing;
+    # the check says so (`gazelle.runtime.memory_check`).
+    spec = getattr(run.agent, "obs_spec", run.obs_spec)  # why: without withheld fields
+    memory = (
+        MemoryCheck(spec, seed=cfg.run.seed) if not cfg.model.use_lstm and readable(spec) else None
+    )
+    memory_metrics: dict[str, float] = {}
     inference_seen = {"batches": 0.0, "rows": 0.0}
     deadline = state.start_time + (cfg.run.max_seconds or float("inf"))
     last_log = last_ckpt = time.monotonic()
@@ -263,6 +271,8 @@ def _loop(
             state.updates += 1
             transport.params.publish(run.agent, state.updates)
         timings.add("learner", time.perf_counter() - t1)
+        if memory is not None and memory.active:
+            memory_metrics.update(memory.observe(kept))
         stall.update(metrics, state.updates, lr_scale=lr / run.learning_rate)
         state.metrics = {
             **metrics,
@@ -275,6 +285,7 @@ def _loop(
             "charts/env_errors": telemetry.env_errors,
             "charts/actors_hung": telemetry.hung,
             **inference_metrics(transport.fleet.stats(), inference_seen),
+            **memory_metrics,
         }
         now = time.monotonic()
         if now - last_log >= cfg.run.log_interval_s:
