@@ -11,6 +11,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import pytest
 
+from gazelle import registrations
 from gazelle.config import Config
 
 #: A CartPole run that takes seconds: 2 actors x 2 envs, B=4, T=10 (40 agent steps/update).
@@ -23,6 +24,23 @@ SMALL: dict[str, Any] = dict(
     log_interval_s=0.5,
     checkpoint_interval_s=1000.0,
 )
+
+
+@pytest.fixture(autouse=True)
+def _registrations_end_with_the_test():
+    """Every torso and env a test registers is forgotten after it (and one it replaced is
+    put back). Why: a run ships all of its process's registrations to its actors, so one a
+    test module made (an env class defined in the test file) would reach a later test's Ray
+    workers, which cannot import the test module, and fail that test."""
+    torsos, envs = dict(registrations._TORSOS), dict(registrations._ENVS)
+    yield
+    for name in [*registrations._TORSOS, *registrations._ENVS]:
+        if name not in torsos and name not in envs:
+            registrations.remove(name)
+    registrations._TORSOS.update(torsos)
+    for entry in envs.values():
+        if registrations._ENVS.get(entry.name) is not entry:
+            registrations.add_env(entry)
 
 
 @pytest.fixture
