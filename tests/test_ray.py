@@ -355,7 +355,8 @@ def test_an_actor_that_crashes_again_and_again_slows_down_then_stops_the_run(clu
     time it is replaced: each replacement waits twice as long as the one before, and once
     the budget is spent the fleet stops the run with one line naming the actor and its last
     reason. (The budget is the fleet's own argument: 3 within the window, backoff up to 2 s
-    here, instead of 10 and 60 s.)"""
+    here, instead of 10 and 60 s; and the stop after constructor failures in a row, below,
+    is off.)"""
     import dataclasses
 
     from gazelle.algorithms.common import prepare
@@ -377,6 +378,7 @@ def test_an_actor_that_crashes_again_and_again_slows_down_then_stops_the_run(clu
     fleet = RayFleet(
         [spec], params, 1, actor_timeout_s=30.0,
         budget=lambda name: RestartBudget(name, max_restarts=3, max_backoff_s=2.0),
+        max_init_failures=None,
     )  # fmt: skip
     restarts: list[dict] = []
     waiting: list[str] = []  # what the fleet says of the actor right after each restart
@@ -395,3 +397,30 @@ def test_an_actor_that_crashes_again_and_again_slows_down_then_stops_the_run(clu
     assert [event["backoff_s"] for event in restarts] == [0.0, 1.0, 2.0], restarts
     # during a wait the actor has no process: its replacement starts after the backoff
     assert all("backing off before its replacement" in said for said in waiting[1:]), waiting
+
+
+def test_an_actor_that_cannot_be_created_stops_the_run_in_seconds_naming_the_cause(
+    cluster, small, tmp_path
+):
+    """An env the cluster's workers cannot make (here: registered from this test module,
+    which they cannot import) fails every actor's constructor the same way. The run stops
+    after MAX_INIT_FAILURES such failures in a row, with the cause's line, instead of
+    waiting out the restart budget's backoffs (10 restarts, minutes)."""
+    import gazelle
+    from gazelle.backends.ray.fleet import MAX_INIT_FAILURES
+    from gazelle.errors import RunError
+
+    gazelle.register_env("gazelle-test/OnlyHere-v0", _cartpole_made_here)
+    start = time.monotonic()
+    with pytest.raises(RunError) as error:
+        train(small(env="gazelle-test/OnlyHere-v0", num_actors=1, total_frames=3000))
+    said = str(error.value)
+    assert f"could not be created {MAX_INIT_FAILURES} times in a row" in said, said
+    assert "No module named 'test_ray'" in said, said
+    assert time.monotonic() - start < 90
+
+
+def _cartpole_made_here(**kwargs):
+    import gymnasium
+
+    return gymnasium.make("CartPole-v1", **kwargs)

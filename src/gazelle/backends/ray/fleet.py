@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,23 @@ from gazelle.errors import RunError
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.restarts import RESTART_SEED_STRIDE, RestartBudget
 
+#: Creations of one actor that fail in its constructor, in a row, before the run gives up.
+#: Why: the same code and arguments fail the same way (an env or torso that the cluster's
+#: workers cannot import or build); waiting out the restart budget's backoffs took minutes.
+MAX_INIT_FAILURES = 3
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|NotFound|Exit|Interrupt)\w*: ")
+
+
+def init_failure(error: BaseException) -> str | None:
+    """The cause's line of a Ray error raised by an actor's constructor (`ModuleNotFoundError:
+    No module named 'x'`), or None for any other error (a process or node lost, ...)."""
+    if not getattr(error, "actor_init_failed", False):
+        return None
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    # why: the cause is the last "name: message" line of the traceback Ray wraps
+    named = [line for line in lines if _RAISED.match(line)]
+    return (named or lines or [type(error).__name__])[-1][:300]
+
 
 class RayFleet:
     """Implements `Fleet` and `BatchSource` (see module docstring).
@@ -53,6 +71,8 @@ class RayFleet:
         server: the central inference server's Ray actor (None: actors act on their own
             copies).
         budget: makes each actor's `RestartBudget` (default: the module's defaults).
+        max_init_failures: an actor whose constructor fails this many times in a row stops
+            the run (`MAX_INIT_FAILURES`); None: only its budget does.
     """
 
     def __init__(
@@ -65,6 +85,7 @@ class RayFleet:
         owns_ray: bool = False,
         server: Any = None,
         budget: Callable[[str], RestartBudget] = RestartBudget,
+        max_init_failures: int | None = MAX_INIT_FAILURES,
     ) -> None:
         from gazelle.backends.ray.cluster import require_ray
 
@@ -73,6 +94,7 @@ class RayFleet:
         self.calls_per_actor = slots_per_env
         self.actor_timeout_s = actor_timeout_s
         self.owns_ray, self.server = owns_ray, server
+        self.max_init_failures = max_init_failures
         self._server_version = -1
         self._server_watch = (
             Heartbeat(server, "stats", "central inference server", actor_timeout_s)
@@ -97,6 +119,7 @@ class RayFleet:
         # the pump thread's own: unroll call ref -> actor index, last unroll back (or start)
         self._in_flight: dict[Any, int] = {}
         self._progress = [time.monotonic()] * n
+        self._init_failures = [0] * n
         self._stop = threading.Event()
         self._pump_thread: threading.Thread | None = None
         self.get_s = 0.0
@@ -175,12 +198,26 @@ class RayFleet:
                     index, placed, error = self.actors.started(ref)
                     self.unrolls.add_events(placed)
                     if error is not None:
+                        self._failed_start(index, error)
                         self._failed(index, error)
                     else:
+                        self._init_failures[index] = 0
                         self._progress[index] = time.monotonic()
                 else:
                     self._collect(ref)
             self._watch()
+
+    def _failed_start(self, index: int, error: BaseException) -> None:
+        """Count a constructor's failure; raise `RunError` at `MAX_INIT_FAILURES` in a row."""
+        cause = init_failure(error)
+        if cause is None or self.max_init_failures is None:
+            return
+        self._init_failures[index] += 1
+        if self._init_failures[index] >= self.max_init_failures:
+            raise RunError(
+                f"actor {self.specs[index].actor_id} could not be created "
+                f"{self._init_failures[index]} times in a row on the Ray workers: {cause}"
+            )
 
     def _failed(self, index: int, error: BaseException) -> None:
         """Any Ray error on one actor's call is that actor's fault: replace it."""
