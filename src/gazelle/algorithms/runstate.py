@@ -199,10 +199,14 @@ def saved_config(data: dict[str, Any]) -> Config:
 
 
 def _is_doom(spec: str) -> bool:
-    """Whether every level of `spec` is a ViZDoom id (False where one cannot be resolved)."""
-    from gazelle.envs.registry import expand_levels, resolve
+    """Whether every level of `spec` is a ViZDoom id (False where one cannot be resolved,
+    and where resolving would import a module: a saved config imports nothing unasked,
+    `gazelle.algorithms.imports`)."""
+    from gazelle.envs.registry import expand_levels, imports_of, resolve
 
     try:
+        if imports_of(spec):
+            return False  # why: ViZDoom's ids need no module of the user's
         return all(resolve(level).kind == "vizdoom" for level in expand_levels(spec))
     except (ValueError, KeyError, ImportError):
         return False
