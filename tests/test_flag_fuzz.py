@@ -31,6 +31,8 @@ TRAIN_ACCEPTED = {
     "--baseline-cost": {"0"},
     "--vtrace-lambda": {"0"},
     "--gae-lambda": {"0"},
+    # a log standard deviation: any finite number (e^-1, e^0)
+    "--initial-log-std": {"-1", "0"},
     # a name: any text but empty
     "--wandb-project": {"nan", "inf", "1e400", "-1", "0", UNWRITABLE},
     # a directory: made where it is missing (here under the test's cwd), not where it
@@ -143,11 +145,11 @@ def test_every_train_flag_refuses_bad_values_in_one_line(
 
 
 def test_every_test_flag_refuses_bad_values_in_one_line(tmp_path, monkeypatch, capsys):
-    from gazelle import evaluate
+    from gazelle import evaluation
 
     monkeypatch.chdir(tmp_path)
     run = write_run(tmp_path / "run")
-    monkeypatch.setattr(evaluate, "run_episodes", stop)
+    monkeypatch.setattr(evaluation, "run_episodes", stop)
     flags = options(subparser("test"))
     assert set(flags) >= {"--logdir", "--episodes", "--seed", "--video", "--greedy"}
     check_all(["test"], flags, lambda flag: ["--logdir", str(run)], TEST_ACCEPTED, capsys)

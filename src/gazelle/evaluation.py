@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from gazelle import checkpoint
-from gazelle.envs.action_spaces import native_action
 from gazelle.config import ConfigError
+from gazelle.envs.action_spaces import native_action
 from gazelle.errors import RunError
 from gazelle.provenance import read_provenance
 from gazelle.runtime.actor import ObsEncoder
