@@ -79,3 +79,13 @@ def test_a_reward_decided_by_the_present_is_not():
 def test_only_vector_and_discrete_fields_are_read():
     assert readable(ObsSpec((4,), None, 2))
     assert not readable(ObsSpec(fields=(image_field("frame", (1, 8, 8)),), num_actions=2))
+
+
+def test_composite_and_continuous_actions_are_not_read_yet():
+    from gymnasium import spaces
+
+    from gazelle.envs.action_spaces import action_spec_of
+
+    for space in (spaces.Box(-1.0, 1.0, (2,)), spaces.MultiBinary(3)):
+        spec = ObsSpec((4,), None, actions=action_spec_of(space))
+        assert not readable(spec)

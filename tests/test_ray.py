@@ -372,7 +372,8 @@ def test_an_actor_that_crashes_again_and_again_slows_down_then_stops_the_run(clu
         logdir=str(tmp_path),
     )  # fmt: skip
     config, found, _ = prepare(small)
-    spec = dataclasses.replace(actor_specs(config, found)[0], level="NoSuchEnv-v0")
+    # why: env_target (what the probe resolved) would make the real env; none: the level
+    spec = dataclasses.replace(actor_specs(config, found)[0], level="NoSuchEnv-v0", env_target=None)
     params = RayParams()
     params.publish(build_agent(found.obs_spec, "mlp", False), 0)
     fleet = RayFleet(

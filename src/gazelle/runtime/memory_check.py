@@ -55,8 +55,10 @@ STEPS = 2
 
 
 def readable(spec: ObsSpec) -> bool:
-    """Whether `spec` has a field `MemoryCheck` reads (vector or discrete)."""
-    return any(f.kind in (VECTOR, DISCRETE) for f in spec.fields)
+    """Whether `spec` has a field `MemoryCheck` reads (vector or discrete) and one set of
+    discrete actions (its predictors have an output per action; composite and continuous
+    actions are not read yet)."""
+    return spec.actions.is_scalar and any(f.kind in (VECTOR, DISCRETE) for f in spec.fields)
 
 
 class _Normaliser:

@@ -32,7 +32,6 @@ from gazelle.algorithms.runstate import (
     write_config,
 )
 from gazelle.algorithms.stops import (
-    RunStopped,
     final_save,
     stop_on_failure,
     stop_on_os_error,
@@ -41,6 +40,7 @@ from gazelle.algorithms.stops import (
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.backends import WorkerRequest, build_workers
 from gazelle.config import Config, ConfigError
+from gazelle.errors import RunError
 from gazelle.logging import RunLogger, Timings
 from gazelle.models import Agent, build_agent
 from gazelle.runtime.actor import ActorSpec
@@ -149,7 +149,9 @@ def train(
         warn_on_error("stopping the workers", fleet.close)
         warn_on_error("reading the workers' last events", lambda: telemetry.consume(
             [e for e in fleet.poll() if e.get("type") != "update"], run.frames))  # fmt: skip
-        with contextlib.suppress(RunStopped):  # why: `run.save` says it, once
+        # why: `run.save` says it, once; a backend's own RunError (Ray's parameter server
+        # gone silent) too: a finally that raised would skip the final checkpoint's line
+        with contextlib.suppress(RunError):
             run.read_counts()
         final_save(ckpt_path, run.save)
         if hasattr(fleet, "shutdown"):

@@ -198,7 +198,6 @@ class RayFleet:
                     index, placed, error = self.actors.started(ref)
                     self.unrolls.add_events(placed)
                     if error is not None:
-                        self._failed_start(index, error)
                         self._failed(index, error)
                     else:
                         self._init_failures[index] = 0
@@ -221,6 +220,8 @@ class RayFleet:
 
     def _failed(self, index: int, error: BaseException) -> None:
         """Any Ray error on one actor's call is that actor's fault: replace it."""
+        # why: a constructor's failure shows on the ready call or on the first unroll call
+        self._failed_start(index, error)
         if isinstance(error, self._ray.exceptions.RayTaskError):
             self.unrolls.add_events({"type": "actor_crash", "actor": self.specs[index].actor_id,
                               "message": str(error)[-2000:]})  # fmt: skip
@@ -257,6 +258,7 @@ class RayFleet:
             return
         self.get_s += time.perf_counter() - t0
         self._progress[index] = time.monotonic()
+        self._init_failures[index] = 0
         self.unrolls.put(result, self.specs[index].envs_per_actor)
 
     def _watch(self) -> None:
