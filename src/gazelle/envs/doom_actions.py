@@ -45,8 +45,9 @@ from gymnasium import spaces
 #: The forms of `DoomActions`, and `registered`: the id's own `max_buttons_pressed` (1:
 #: single; 0: combos).
 DOOM_ACTIONS = ("single", "combos", "registered")
-#: The actions when `doom_actions` is unset (chosen by the measurement in
-#: docs/notes/vizdoom-actions.md).
+#: The actions when `doom_actions` is unset: `single`, chosen by measurement (APPO, 800K
+#: frames, 2 seeds: on Basic `combos` reached 75 on 0 seeds of 2 against 1 of 2, on
+#: HealthGathering both reached 1500 on 2 of 2; docs/notes/vizdoom-actions.md).
 DEFAULT_DOOM_ACTIONS = "single"
 #: Groups of binary buttons of which `combos` presses at most one (each a categorical head).
 EXCLUSIVE = (
