@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from gazelle.config.flags import (
     optional_number_flag,
     text_flag,
 )
-from gazelle.config.presets import default_algo
+from gazelle.config.presets import default_algo, fresh_logdir
 from gazelle.config.validation import SEED_MAX
 
 NEXT_STEPS = """\
@@ -125,9 +124,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     env = str(values.get("env") or Config().env.id)
     algo = getattr(args, "algo", None) or default_algo(env, values.get("preset"))
     registry.algorithm(algo)  # why: an unknown name fails here, in one line naming the known
-    if "logdir" not in values:
-        name = env.replace("/", "_").replace(",", "+")
-        values["logdir"] = f"runs/{name[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if values.get("logdir") is None:
+        values["logdir"] = fresh_logdir(env)
     return Config.from_flat({"algo": algo, **values})
 
 

@@ -44,7 +44,12 @@ def _cell(text: str) -> str:
 
 
 def _default(flat: FlatField) -> str:
-    return "unset (preset)" if flat.default is None else f"`{flat.default}`"
+    if flat.default is not None:
+        return f"`{flat.default}`"
+    # why: a field whose help says what unset means (a fresh logdir, a private Ray
+    # instance) is not filled from a preset; the meaning column says what it does.
+    said = any(word in flat.doc for word in ("unset:", "None:", "None keeps"))
+    return "unset" if said else "unset (preset)"
 
 
 def _table(fields: dict[str, FlatField]) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from pathlib import Path
 
 from gazelle.algorithms import runlock
 from gazelle.algorithms.runstate import saved_config
@@ -59,7 +58,7 @@ def check_logdir(config: Config) -> None:
     """The logdir can be written, no other live run uses it (this run takes its lock:
     `gazelle.algorithms.runlock`; the loop gives it back at the end), and (when resuming)
     it holds no other run's checkpoint."""
-    logdir = Path(config.run.logdir)
+    logdir = config.run.folder()
     try:
         logdir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=logdir, prefix=".gazelle-write-test-"):
