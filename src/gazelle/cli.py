@@ -238,10 +238,10 @@ def _add_allow_import(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="gazelle", description="Scalable actor-learner RL (IMPALA) in PyTorch."
+        prog="gazelle", description="Scalable actor-learner RL (IMPALA, APPO, A3C) in PyTorch."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train an agent (default: CartPole-v1, a few minutes)")
+    train = sub.add_parser("train", help="train an agent (default: CartPole-v1, about a minute)")
     add_config_flags(train)
     _add_allow_import(train)
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
