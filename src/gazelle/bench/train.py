@@ -36,6 +36,9 @@ from gazelle.config import Config, algorithm_fields, registry, validate
 
 #: The algorithms whose parts `gazelle bench` measures as they train.
 BENCHED = ("impala", "a3c")
+NUM_ACTORS_HELP = """default: as gazelle train chooses it: IMPALA with a CPU learner measures
+what an agent step costs in acting and in learning at start-up and gives the actors their
+share of the cores; otherwise (A3C, a GPU, --backend ray) every core but one, at least 2"""
 WARMUP_FRACTION = 0.25
 #: A learner busy at least this fraction of its time limits the run; below, the actors do.
 BUSY_BOUND = 0.9
@@ -225,15 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the env family's preset (off for Atari)",
     )
-    parser.add_argument(
-        "--num-actors",
-        type=count,
-        default=None,
-        help="default: as gazelle train chooses it: IMPALA with a CPU learner measures what an "
-        "agent step costs in acting and in learning at start-up and gives the actors their "
-        "share of the cores; otherwise (A3C, a GPU, --backend ray) every core but one, at "
-        "least 2",
-    )
+    parser.add_argument("--num-actors", type=count, default=None, help=NUM_ACTORS_HELP)
     parser.add_argument("--envs-per-actor", type=count, default=None)
     parser.add_argument("--batch-size", type=count, default=None)
     parser.add_argument("--unroll-length", type=count, default=None)
