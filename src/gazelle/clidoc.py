@@ -35,7 +35,10 @@ when every level is a ViZDoom scenario, impala otherwise); a flag that two
 algorithm sections share (such as `--learning-rate`) sets the section of the one that runs.
 `--allow-import MODULE` (repeatable, not a config field) lets a resumed run's saved torso
 (`module:attr`) or env (`module:EnvId`) import MODULE: a run folder imports nothing the
-command line does not name.
+command line does not name. `--config FILE` (not a config field) reads settings from a run's
+`config.json` or a JSON/TOML/YAML file of the names below with underscores, flat or by
+section; flags given override it; it never sets `--logdir` or where the run goes
+(`--backend`, `--ray-*`), and a torso or env module it names needs `--allow-import`.
 """
 
 
