@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -200,9 +201,13 @@ def saved_config(data: dict[str, Any]) -> Config:
 
 def _is_doom(spec: str) -> bool:
     """Whether every level of `spec` is a ViZDoom id (False where one cannot be resolved)."""
-    from gazelle.envs.registry import expand_levels, resolve
+    from gazelle.envs.registry import expand_levels, imports_of, resolve
 
     try:
+        # why: reading a run folder imports nothing (`gazelle.algorithms.imports`); a spec
+        # that would import a module is none of vizdoom's own ids
+        if any(module not in sys.modules for module in imports_of(spec)):
+            return False
         return all(resolve(level).kind == "vizdoom" for level in expand_levels(spec))
     except (ValueError, KeyError, ImportError):
         return False
