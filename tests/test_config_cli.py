@@ -15,6 +15,14 @@ from gazelle.config import Config, ConfigError, all_fields, resolve, validate
 from gazelle.envs.probe import EnvProbe
 from gazelle.types import ObsSpec
 
+
+@pytest.fixture(autouse=True)
+def _in_a_scratch_folder(tmp_path, monkeypatch):
+    """A command refused after its logdir's check has made the default fresh folder
+    (`runs/<env>-<time>`) there, not in the repository."""
+    monkeypatch.chdir(tmp_path)
+
+
 # What `gazelle.envs.probe` finds, for the presets (which read nothing else of the env).
 VECTOR = EnvProbe(["CartPole-v1"], ObsSpec((4,), np.dtype(np.float32), 2), 1, "gym")
 ATARI = EnvProbe(["ALE/Pong-v5"], ObsSpec((4, 84, 84), np.dtype(np.uint8), 6), 4, "atari")
