@@ -4,6 +4,7 @@ registrations reaching spawned child processes."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import multiprocessing.process
 import os
@@ -333,7 +334,8 @@ def test_a_module_path_torso_trains_and_is_tested_by_a_fresh_process(tmp_path):
     assert result.frames >= 400 and result.actor_restarts == 0
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     done = subprocess.run(
-        [sys.executable, "-m", "gazelle.cli", "test", "--logdir", str(tmp_path), "--episodes", "2"],
+        [sys.executable, "-m", "gazelle.cli", "test", "--logdir", str(tmp_path), "--episodes", "2",
+         "--allow-import", "test_api"],  # why: a run folder imports nothing unasked
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -362,3 +364,25 @@ def test_every_public_name_is_the_same_object_on_every_access():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.slow
+def test_train_without_a_logdir_starts_a_fresh_folder_each_call(tmp_path, monkeypatch, capsys):
+    """As `gazelle train`: no logdir named, a new `runs/<env>-<time>` folder per call, so
+    that a second call in the same second does not resume the first (it was `runs/default`
+    for the API, and two calls resumed each other)."""
+    monkeypatch.chdir(tmp_path)
+    settings = dict(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2,
+                    unroll_length=10, total_frames=400)  # fmt: skip
+    first = gazelle.train(settings)
+    second = gazelle.train(Config.of(**settings))
+    assert first.logdir != second.logdir
+    for result in (first, second):
+        assert result.logdir.parent == Path("runs") and result.logdir.name.startswith(
+            "CartPole-v1-"
+        )
+        assert (tmp_path / result.logdir / "checkpoint.pt").is_file()
+        assert json.loads((tmp_path / result.logdir / "config.json").read_text())["run"][
+            "logdir"
+        ] == str(result.logdir)
+    assert "resumed" not in capsys.readouterr().out

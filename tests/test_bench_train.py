@@ -115,6 +115,7 @@ def test_cli_bench_passes_flags_through(capsys):
         (["--model", "foo"], "--model: invalid value 'foo'; allowed: auto | deep"),
         (["--inference", "gpu"], "--inference: invalid value 'gpu'; allowed: auto | local"),
         (["--env", "Nope-v0"], "--env: invalid value 'Nope-v0'"),
+        (["--algo", "appo"], "--algo: invalid value 'appo'; allowed: impala | a3c"),
     ],
 )
 def test_cli_bench_bad_flag_is_one_line(capsys, flags, message):
@@ -124,3 +125,14 @@ def test_cli_bench_bad_flag_is_one_line(capsys, flags, message):
     err = capsys.readouterr().err
     assert f"gazelle bench: error: {message}" in err
     assert "Traceback" not in err
+
+
+def test_bench_help_says_how_num_actors_is_chosen_and_that_its_flags_are_its_own(capsys):
+    """It said "the cores but one" while an IMPALA run on a CPU learner measures its layout,
+    and docs said bench took "the same flags" as train."""
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "measures what an agent step costs in acting and in learning at start-up" in out
+    assert "the cores but one" not in out
+    assert "It takes only the flags listed below (not every flag of `gazelle train`)" in out

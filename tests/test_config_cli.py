@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,14 @@ from gazelle.cli import build_parser, config_from_args, field_docs, main
 from gazelle.config import Config, ConfigError, all_fields, resolve, validate
 from gazelle.envs.probe import EnvProbe
 from gazelle.types import ObsSpec
+
+
+@pytest.fixture(autouse=True)
+def _in_a_scratch_folder(tmp_path, monkeypatch):
+    """A command refused after its logdir's check has made the default fresh folder
+    (`runs/<env>-<time>`) there, not in the repository."""
+    monkeypatch.chdir(tmp_path)
+
 
 # What `gazelle.envs.probe` finds, for the presets (which read nothing else of the env).
 VECTOR = EnvProbe(["CartPole-v1"], ObsSpec((4,), np.dtype(np.float32), 2), 1, "gym")
@@ -183,9 +192,19 @@ def test_flags_parse_into_the_config():
     assert config.run.logdir == "x"
 
 
-def test_default_logdir_is_fresh_per_run():
+def test_default_logdir_is_fresh_per_run(tmp_path, monkeypatch):
+    import gazelle.config.presets
+
+    monkeypatch.chdir(tmp_path)
+    # why: one clock reading for both, as two runs started in the same second
+    monkeypatch.setattr(gazelle.config.presets.time, "strftime", lambda _: "20260101-000000")
     config = config_from_args(build_parser().parse_args(["train"]))
-    assert config.run.logdir.startswith("runs/CartPole-v1-")
+    assert config.run.logdir == "runs/CartPole-v1-20260101-000000"
+    # why: two runs started in one second get two folders, never one resuming the other
+    Path(config.run.logdir).mkdir(parents=True)
+    again = config_from_args(build_parser().parse_args(["train"]))
+    assert again.run.logdir is not None and again.run.logdir != config.run.logdir
+    assert not Path(again.run.logdir).exists()
 
 
 @pytest.mark.parametrize(

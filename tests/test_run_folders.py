@@ -150,3 +150,19 @@ def test_gazelle_test_errors_are_one_line(tmp_path, capsys):
     (blocked / "test_results.json").mkdir()
     err = one_line_exit_2(["test", "--logdir", str(blocked)], capsys)
     assert "test_results.json is a directory" in err
+
+
+def test_a_refused_resume_gives_the_logdir_lock_back(tmp_path, capsys):
+    """The next run on the folder found the refused one's pid in the lock file and said it
+    was taking over the lock of a run "killed?"."""
+    from gazelle.algorithms import runlock
+    from gazelle.algorithms.preflight import check_logdir
+    from gazelle.config import Config, ConfigError
+
+    logdir = saved_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match="as the run in"):
+        check_logdir(Config.of(env="Acrobot-v1", logdir=str(logdir)))
+    assert (logdir / runlock.LOCK_FILE).read_text() == ""
+    runlock.acquire(logdir)  # the next run
+    runlock.release(logdir)
+    assert "taking over" not in capsys.readouterr().out

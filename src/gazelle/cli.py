@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from gazelle.config.flags import (
     optional_number_flag,
     text_flag,
 )
-from gazelle.config.presets import default_algo
+from gazelle.config.presets import default_algo, fresh_logdir
 from gazelle.config.validation import SEED_MAX
 
 NEXT_STEPS = """\
@@ -110,8 +109,18 @@ def config_from_args(args: argparse.Namespace) -> Config:
     # why: unset flags are absent from the namespace (SUPPRESS), so an explicit 'none'
     # (e.g. --grad-norm-clip none) is told apart from "keep the config's default".
     values = {name: getattr(args, name) for name in all_fields() if hasattr(args, name)}
+    given = set(values)
+    algo_given = getattr(args, "algo", None)
+    from_file: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        from gazelle.config.files import read_settings
+
+        # why: a file's settings as if typed before the flags, which override them
+        from_file = read_settings(args.config, algo_given)
+        algo_given = algo_given or from_file.pop("algo", None)
+        values = {**from_file, **values}
     saved = saved_run(values)
-    if saved is not None and getattr(args, "algo", None) in (None, saved.algo):
+    if saved is not None and algo_given in (None, saved.algo):
         from gazelle.algorithms.imports import check_saved
 
         kept = {k: v for k, v in saved.flat().items() if k not in PLACEMENT}
@@ -119,16 +128,22 @@ def config_from_args(args: argparse.Namespace) -> Config:
         # why: the saved settings are the resolved ones (layout, preset values), so the run
         # continues as it was; a flag given still wins (the preflight refuses a changed env).
         config = Config.from_flat({**kept, **values})
-        taken = [name for name in ("model", "env") if name not in values]
+        taken = [name for name in ("model", "env") if name not in given]  # saved or a file's
         check_saved(config, values["logdir"], getattr(args, "allow_import", None) or (), taken)
         return config
     env = str(values.get("env") or Config().env.id)
-    algo = getattr(args, "algo", None) or default_algo(env, values.get("preset"))
+    algo = algo_given or default_algo(env, values.get("preset"))
     registry.algorithm(algo)  # why: an unknown name fails here, in one line naming the known
-    if "logdir" not in values:
-        name = env.replace("/", "_").replace(",", "+")
-        values["logdir"] = f"runs/{name[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Config.from_flat({"algo": algo, **values})
+    if values.get("logdir") is None:
+        values["logdir"] = fresh_logdir(env)
+    config = Config.from_flat({"algo": algo, **values})
+    if from_file:
+        from gazelle.algorithms.imports import check_saved
+
+        # why: a file may come from someone else: its torso or env imports nothing unasked
+        taken = [name for name in ("model", "env") if name in from_file and name not in given]
+        check_saved(config, args.config, getattr(args, "allow_import", None) or (), taken)
+    return config
 
 
 def _say_placement_not_restored(saved: Config, values: dict[str, Any]) -> None:
@@ -240,12 +255,20 @@ def _add_allow_import(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="gazelle", description="Scalable actor-learner RL (IMPALA) in PyTorch."
+        prog="gazelle", description="Scalable actor-learner RL (IMPALA, APPO, A3C) in PyTorch."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train an agent (default: CartPole-v1, a few minutes)")
+    train = sub.add_parser("train", help="train an agent (default: CartPole-v1, about a minute)")
     add_config_flags(train)
     _add_allow_import(train)
+    train.add_argument(
+        "--config",
+        type=text_flag,
+        metavar="FILE",
+        help="settings from a file: a run's config.json, or JSON/TOML/YAML of the names above "
+        "with underscores, flat or by section; flags given override it; never --logdir or "
+        "where the run goes (--backend, --ray-*)",
+    )
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
     test.add_argument("--logdir", type=text_flag, required=True, help="the run's directory")
     test.add_argument("--episodes", type=number_flag(int, 1), default=10, help="episodes per level")

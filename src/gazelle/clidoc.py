@@ -35,7 +35,10 @@ when every level is a ViZDoom scenario, impala otherwise); a flag that two
 algorithm sections share (such as `--learning-rate`) sets the section of the one that runs.
 `--allow-import MODULE` (repeatable, not a config field) lets a resumed run's saved torso
 (`module:attr`) or env (`module:EnvId`) import MODULE: a run folder imports nothing the
-command line does not name.
+command line does not name. `--config FILE` (not a config field) reads settings from a run's
+`config.json` or a JSON/TOML/YAML file of the names below with underscores, flat or by
+section; flags given override it; it never sets `--logdir` or where the run goes
+(`--backend`, `--ray-*`), and a torso or env module it names needs `--allow-import`.
 """
 
 
@@ -44,7 +47,12 @@ def _cell(text: str) -> str:
 
 
 def _default(flat: FlatField) -> str:
-    return "unset (preset)" if flat.default is None else f"`{flat.default}`"
+    if flat.default is not None:
+        return f"`{flat.default}`"
+    # why: a field whose help says what unset means (a fresh logdir, a private Ray
+    # instance) is not filled from a preset; the meaning column says what it does.
+    said = any(word in flat.doc for word in ("unset:", "None:", "None keeps"))
+    return "unset" if said else "unset (preset)"
 
 
 def _table(fields: dict[str, FlatField]) -> list[str]:

@@ -40,7 +40,7 @@ def open_run_logger(
         sinks.append(WandbSink.start(config, resuming=resume_frames is not None))
     try:
         return RunLogger(
-            run.logdir,
+            run.folder(),
             total_frames=total_frames,
             resume_frames=resume_frames,
             console=make_console(quiet=run.quiet),
@@ -67,7 +67,7 @@ class WandbSink:
 
         from gazelle.provenance import provenance
 
-        logdir = Path(config.run.logdir)
+        logdir = config.run.folder()
         mode: Any = config.run.wandb_mode  # why: one of wandb's modes (check_wandb) or None
         try:
             run = wandb.init(

@@ -17,6 +17,7 @@ from gazelle.config import (
     Config,
     ConfigError,
     default_slots_per_env,
+    fresh_logdir,
     registry,
     resolve,
     validate,
@@ -153,6 +154,9 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
             "or AMX): torch emulates it, 13x slower than fp32 on the deep torso; use fp32"
         )
     config = resolve(config, found, cuda=device.type == "cuda")
+    if config.run.logdir is None:
+        # why: the one default rule (`fresh_logdir`), for runs started from Python too
+        config = config.replace(logdir=fresh_logdir(config.env.id))
     validate(config)
     check_torso(config, found.obs_spec)
     check_logdir(config)

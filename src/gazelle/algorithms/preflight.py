@@ -59,7 +59,7 @@ def check_logdir(config: Config) -> None:
     """The logdir can be written, no other live run uses it (this run takes its lock:
     `gazelle.algorithms.runlock`; the loop gives it back at the end), and (when resuming)
     it holds no other run's checkpoint."""
-    logdir = Path(config.run.logdir)
+    logdir = config.run.folder()
     try:
         logdir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=logdir, prefix=".gazelle-write-test-"):
@@ -69,6 +69,17 @@ def check_logdir(config: Config) -> None:
             "logdir", str(logdir), f"a directory this user can create and write ({err.strerror})"
         ) from err
     runlock.acquire(logdir)  # bounded: flock with LOCK_NB, it never waits
+    try:
+        _check_resume(config, logdir)
+    except BaseException:
+        # why: a refused run gives the lock back, or the next run on this logdir would
+        # report taking over the lock of a run "killed?"
+        runlock.release(logdir)
+        raise
+
+
+def _check_resume(config: Config, logdir: Path) -> None:
+    """When resuming: the logdir holds a run of this config's env, model, ... (`RESUME_KEYS`)."""
     saved_path = logdir / "config.json"
     if not (config.run.resume and (logdir / "checkpoint.pt").exists() and saved_path.exists()):
         return

@@ -12,6 +12,11 @@ In one invocation, on one machine:
 The machine's limit is `cores / (env + inference + learner core-seconds per agent step)`
 agent steps/s (times action repeats for frames/s), and the efficiency is the training
 frames/s over that limit. Frames are env frames (4 per agent step on Atari).
+
+It takes only the flags listed below (not every flag of `gazelle train`); every other
+setting (--preset, --slots-per-env, --lockstep, ...) is what `gazelle train` would choose
+for the env. APPO is not benched yet: its learner part would be measured as one V-trace
+pass per batch, not its clipped loss over --epochs passes.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ from gazelle.algorithms import runlock
 from gazelle.bench.parts import limit, measure_parts
 from gazelle.config import Config, algorithm_fields, registry, validate
 
+#: The algorithms whose parts `gazelle bench` measures as they train.
+BENCHED = ("impala", "a3c")
+NUM_ACTORS_HELP = """default: as gazelle train chooses it: IMPALA with a CPU learner measures
+what an agent step costs in acting and in learning at start-up and gives the actors their
+share of the cores; otherwise (A3C, a GPU, --backend ray) every core but one, at least 2"""
 WARMUP_FRACTION = 0.25
 #: A learner busy at least this fraction of its time limits the run; below, the actors do.
 BUSY_BOUND = 0.9
@@ -205,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--algo", type=text_flag, default="impala", help="impala | a3c")
+    parser.add_argument(
+        "--algo", type=text_flag, default="impala", help=f"{' | '.join(BENCHED)} (not appo yet)"
+    )
     parser.add_argument("--env", type=text_flag, default="ALE/Pong-v5")
     parser.add_argument(
         "--model", type=text_flag, default=None, help="default: shallow (impala), universe (a3c)"
@@ -216,9 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the env family's preset (off for Atari)",
     )
-    parser.add_argument(
-        "--num-actors", type=count, default=None, help="default: the cores but one (at least 2)"
-    )
+    parser.add_argument("--num-actors", type=count, default=None, help=NUM_ACTORS_HELP)
     parser.add_argument("--envs-per-actor", type=count, default=None)
     parser.add_argument("--batch-size", type=count, default=None)
     parser.add_argument("--unroll-length", type=count, default=None)
@@ -255,6 +265,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     from gazelle.algorithms.common import probe
 
     args = build_parser().parse_args(argv)
+    if args.algo not in BENCHED:
+        from gazelle.config import ConfigError
+
+        raise ConfigError(
+            "algo",
+            args.algo,
+            f"{' | '.join(BENCHED)} (not appo yet: its learner part would be measured as "
+            "IMPALA's, not its own loss and passes)",
+        )
     values = dict(
         algo=args.algo,
         env=args.env,

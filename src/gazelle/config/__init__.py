@@ -15,6 +15,7 @@ from gazelle.config.presets import (
     default_slots_per_env,
     default_torso,
     env_family,
+    fresh_logdir,
     resolve,
 )
 from gazelle.config.registry import Algorithm, Backend
@@ -57,6 +58,7 @@ __all__ = [
     "default_slots_per_env",
     "default_torso",
     "env_family",
+    "fresh_logdir",
     "resolve",
     "validate",
 ]

@@ -16,6 +16,8 @@ module holds only what every algorithm shares.
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gazelle.config import registry
@@ -51,6 +53,18 @@ def default_algo(env: str, preset: str | None = None) -> str:
             if kind in algorithm.env_kinds:
                 return algorithm.name
     return DEFAULT_ALGORITHM
+
+
+def fresh_logdir(env: str, root: str = "runs") -> str:
+    """`--logdir` left unset (the CLI and `gazelle.train` alike): a folder no run has used,
+    `<root>/<env>-<YYYYmmdd-HHMMSS>` (`-2`, `-3`, ... when two runs start in one second), so
+    that a run never resumes another by accident; resuming names its folder."""
+    name = f"{root}/{env.replace('/', '_').replace(',', '+')[:60]}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = name, 1
+    while Path(candidate).exists():
+        n += 1
+        candidate = f"{name}-{n}"
+    return candidate
 
 
 def env_family(env: EnvProbe) -> str:

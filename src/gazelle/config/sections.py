@@ -14,6 +14,7 @@ Fields left `None` are filled by `gazelle.config.resolve` from the env family's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -188,8 +189,9 @@ class ActorConfig:
 class RunConfig:
     """Budget, devices, logs and checkpoints of one run."""
 
-    logdir: str = "runs/default"
-    """Where checkpoints, TensorBoard events and progress.jsonl go."""
+    logdir: str | None = None
+    """Where checkpoints, TensorBoard events and progress.jsonl go; unset: a fresh folder
+    runs/<env>-<YYYYmmdd-HHMMSS> (a run resumes only from a --logdir it is given)."""
     seed: int = 1
     """Seed of the learner; actor i seeds its envs from seed and i."""
     total_frames: int | None = None
@@ -229,6 +231,13 @@ class RunConfig:
     """W&B mode (with --wandb): online, or offline (no network: files under
     <logdir>/wandb, uploaded later by wandb sync); unset: wandb's own setting (WANDB_MODE,
     else online)."""
+
+    def folder(self) -> Path:
+        """`logdir` once the run has named it (`gazelle.algorithms.common.prepare` gives an
+        unset one a fresh folder, `gazelle.config.fresh_logdir`)."""
+        if self.logdir is None:
+            raise ValueError("logdir: unset (a run names it in prepare, before use)")
+        return Path(self.logdir)
 
 
 #: The common sections of `Config`, by attribute name.

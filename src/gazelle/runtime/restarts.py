@@ -19,6 +19,11 @@ from gazelle.errors import RunError
 #: Seed offset per restart, so a restarted process does not replay the same episodes.
 RESTART_SEED_STRIDE = 100_003
 
+#: A process that dies before its first heartbeat this many times in a row cannot start (a
+#: script that calls `gazelle.train` without the main guard, an env module the process
+#: cannot import): the run stops with one line instead of replacing it again and again.
+FAILED_STARTS = 3
+
 #: Defaults: 10 replacements of one actor within 10 minutes stop the run.
 MAX_RESTARTS = 10
 WINDOW_S = 600.0
@@ -62,3 +67,22 @@ class RestartBudget:
         self._times.append(self._clock())
         self.total += 1
         return 0.0 if recent == 0 else min(self.max_backoff_s, 2.0 ** (recent - 1))
+
+
+class FailedStarts:
+    """Per process, its deaths before a first sign of life in a row (`FAILED_STARTS`)."""
+
+    def __init__(self, processes: int) -> None:
+        self.in_a_row = [0] * processes
+
+    def record(self, index: int, before_start: bool, what: str, exitcode: int | None) -> None:
+        """Count a death of process `index` ("actor 0": `what`); raise `RunError` at the
+        `FAILED_STARTS`-th in a row before it started."""
+        self.in_a_row[index] = self.in_a_row[index] + 1 if before_start else 0
+        if self.in_a_row[index] >= FAILED_STARTS:
+            raise RunError(
+                f"{what} died before it started, {FAILED_STARTS} times in a row (last exit "
+                f"code {exitcode}; its error is above): a script that calls gazelle.train() "
+                "outside `if __name__ == '__main__':`, or an env or module the process "
+                "cannot import (docs/troubleshooting.md)"
+            )

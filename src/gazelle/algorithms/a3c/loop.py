@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gazelle.algorithms import runlock
@@ -113,7 +112,7 @@ def train(
     schedule = LinearDecay.fresh(a3c.learning_rate, total) if a3c.learning_rate_decay else None
     settings = trainer_settings(config, found.action_repeats)
     server, fleet = _workers(config, agent, specs, settings, schedule)
-    logdir = Path(config.run.logdir)
+    logdir = config.run.folder()
     ckpt_path = logdir / CHECKPOINT_FILE
     episodes, returns = 0, {}
     if config.run.resume and ckpt_path.exists():
@@ -220,7 +219,7 @@ class _Run:
             self.server.pull(self.agent)  # why: on Ray the global weights live elsewhere
             frames, steps = self.server.frame_count, self.server.step_count
             adam = _Snapshot(self.server.state_dict())
-        ckpt = Path(self.config.run.logdir) / CHECKPOINT_FILE
+        ckpt = self.config.run.folder() / CHECKPOINT_FILE
         save(ckpt, self.config, self.agent, adam, frames, steps, self.telemetry.episodes,
              self.levels, self.logger.returns_state(), self.schedule)  # fmt: skip
 

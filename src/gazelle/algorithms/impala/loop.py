@@ -8,7 +8,6 @@ import dataclasses
 import queue
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -120,7 +119,7 @@ def train(
     check_wandb(config)
     run = build(config, loss_fn, make_loss)
     cfg = run.config
-    logdir = Path(cfg.run.logdir)
+    logdir = cfg.run.folder()
     ckpt_path = logdir / CHECKPOINT_FILE
     counters: dict[str, Any] = {"frames": 0, "updates": 0, "episodes": 0, "returns": {}}
     if cfg.run.resume and ckpt_path.exists():
@@ -232,7 +231,7 @@ def _loop(
     """Returns the frame count at which `--target-return` was reached, or None."""
     cfg, transport = run.config, run.transport
     frames_per_unroll = run.unroll_length * run.action_repeats
-    ckpt_path = Path(cfg.run.logdir) / CHECKPOINT_FILE
+    ckpt_path = cfg.run.folder() / CHECKPOINT_FILE
     stall = StallWatch()
     # why: a memoryless agent on a task with hidden state learns nothing and says nothing;
     # the check says so (`gazelle.runtime.memory_check`).

@@ -25,7 +25,7 @@ from gazelle import registrations
 from gazelle.backends.local.channels import StopFlag, receive_all
 from gazelle.backends.local.child import ChildLink, child_main, kill_group, run_work
 from gazelle.runtime.interfaces import Work
-from gazelle.runtime.restarts import RESTART_SEED_STRIDE
+from gazelle.runtime.restarts import RESTART_SEED_STRIDE, FailedStarts
 
 #: Seconds a new process may take to its first heartbeat (import torch, build its envs)
 #: before it is taken to be hung, when that is longer than `actor_timeout_s`: a short
@@ -67,6 +67,7 @@ class ProcessFleet:
         self.processes: list[Any] = [None] * len(self.specs)
         self.restarts = [0] * len(self.specs)
         self.hung = [0] * len(self.specs)
+        self.failed_starts = FailedStarts(len(self.specs))
         self.max_restarts = max_restarts
         self.actor_timeout_s = actor_timeout_s
         self.dropped_slots = 0
@@ -165,6 +166,9 @@ class ProcessFleet:
             kill_group(process.pid)
             extra = self._on_death(index)
             self.restarts[index] += 1
+            # why: until its first beat the heartbeat still holds the start time (`_start`)
+            early = float(self.heartbeats[index]) <= self.started_at[index]
+            self.failed_starts.record(index, early, f"{self.kind} {actor_id}", process.exitcode)
             events.append(
                 {
                     "type": "actor_restart",
