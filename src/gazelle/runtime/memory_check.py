@@ -29,9 +29,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from gazelle.distributions import ActionDistribution
 from gazelle.types import DISCRETE, VECTOR, ObsSpec
 
 #: Decay of each trace of the past inputs: memories of ~2, ~10 and ~30 steps.
@@ -118,14 +118,19 @@ class MemoryCheck:
         self.fields = [f for f in spec.fields if f.kind in (VECTOR, DISCRETE)]
         if not self.fields:
             raise ValueError("MemoryCheck: the obs spec has no vector or discrete field")
-        self.num_actions = spec.num_actions
+        self.actions = ActionDistribution(spec.actions)
+        #: Outputs per action (the taken one's are read) for one categorical action
+        #: (`Discrete(n)`): an action's effect needs no product of inputs to be learned. Any
+        #: other action (continuous, composite): outputs `o_0 + sum_j e_j o_j`, linear in
+        #: the action's encoding `e` (`ActionDistribution.encode`), for the same reason.
+        self.scalar = spec.actions.is_scalar
+        action_size = spec.actions.encoding_size
+        self.heads = spec.actions.num_actions if self.scalar else 1 + action_size
         self.obs_size = sum(int(f.shape[0]) for f in self.fields)
-        now_size = self.obs_size + 1 + self.num_actions  # u_t
+        now_size = self.obs_size + 1 + action_size  # u_t
         past_size = now_size + len(TRACES) * now_size
-        #: Outputs per action (the taken one's are read): an action's effect needs no
-        #: product of inputs to be learned.
         self.targets = 2 + self.obs_size
-        targets = self.num_actions * self.targets
+        targets = self.heads * self.targets
         generator = torch.random.fork_rng()
         with generator:
             torch.manual_seed(seed)
@@ -149,7 +154,7 @@ class MemoryCheck:
         )  # [T+1, B, D]
         obs = self.norm_obs(obs)
         reward = batch["reward"].float().clamp(-1.0, 1.0).unsqueeze(-1)
-        last_action = F.one_hot(batch["action"].long(), self.num_actions).float()
+        last_action = self.actions.encode(batch["action"])  # [T+1, B, A]
         done = batch["terminated"] | batch["truncated"]  # obs_t starts an episode
         present = torch.cat([obs, reward, last_action], dim=-1)  # u_t: [T+1, B, U]
         steps = present.shape[0]
@@ -177,14 +182,19 @@ class MemoryCheck:
         # why: after an episode's end obs_{t+1} is the next episode's first: not predictable.
         goes_on = (~done[1:]).float()
         # why: action index t+1 was taken on obs_t, and reward/terminated at t+1 followed it.
-        return now_in, past_in, targets, goes_on, batch["action"][1:].long()
+        action = batch["action"][1:].long() if self.scalar else last_action[1:]
+        return now_in, past_in, targets, goes_on, action
 
     def _losses(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                 goes_on: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # fmt: skip
         """Mean squared error per target group `[len(TARGETS)]`."""
-        out = model(inputs).unflatten(-1, (self.num_actions, self.targets))  # [T, B, A, K]
-        index = action[..., None, None].expand(*action.shape, 1, self.targets)
-        error = (out.gather(-2, index).squeeze(-2) - targets).pow(2)  # [T, B, K]
+        out = model(inputs).unflatten(-1, (self.heads, self.targets))  # [T, B, heads, K]
+        if self.scalar:  # action: [T, B] indices
+            index = action[..., None, None].expand(*action.shape, 1, self.targets)
+            predicted = out.gather(-2, index).squeeze(-2)
+        else:  # action: [T, B, heads - 1] encodings
+            predicted = out[..., 0, :] + (action.unsqueeze(-1) * out[..., 1:, :]).sum(-2)
+        error = (predicted - targets).pow(2)  # [T, B, K]
         obs_error = (error[..., 2:].mean(-1) * goes_on).sum() / goes_on.sum().clamp_min(1.0)
         return torch.stack([error[..., 0].mean(), error[..., 1].mean(), obs_error])
 
