@@ -3,11 +3,12 @@
     python benchmarks/memory_check.py --out /work/runs/memcheck --seeds 1 2 3 \\
         --envs CartPole-v1 Acrobot-v1 MountainCar-v0 gazelle/Memory-v0 ...
 
-Runs `gazelle train --env ENV --seed S` at the defaults (a memoryless agent on every vector
-task) for as many frames as the check looks at (`gazelle.runtime.memory_check.WINDOW`
-batches), and prints per env and seed whether the run said the task needs memory, with the
-last `memory/gain_*` of its progress rows. `--delay`/`--unroll-length` style settings of
-the memory task go through `--set NAME=VALUE` (flat config names; values read as JSON).
+Runs `gazelle train --env ENV --seed S` at the defaults (IMPALA, a memoryless agent on every
+vector task; `--set algo=appo` for APPO, whose loop is IMPALA's) for as many frames as the
+check looks at (`gazelle.runtime.memory_check.WINDOW` batches), and prints per env and seed
+whether the run said the task needs memory, with the last `memory/gain_*` of its progress
+rows. Settings such as the memory task's `--unroll-length` go through `--set NAME=VALUE`
+(flat config names; values read as JSON, else as text).
 Results: docs/notes/lstm.md ("Memory at defaults").
 """
 
@@ -20,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gazelle.algorithms.impala import train
+from gazelle.algorithms import train
 from gazelle.config import Config
 from gazelle.runtime.memory_check import TARGETS, WINDOW
 
