@@ -19,6 +19,10 @@ and the next observation (while the episode goes on). Each batch is first scored
 adds nothing; the models are the same but for their inputs), up to 1 when the past explains
 what the present cannot.
 
+Any action space is read: a `Discrete(n)` action picks the predictors' outputs for that
+action; any other (a float Box, a composite) enters through its encoding (the agent's own,
+`ActionDistribution.encode`), the outputs linear in it.
+
 Only vector and discrete observation fields are read (images: an Atari agent's stacked
 frames are its memory; a task of images with hidden state gets the LSTM by its preset).
 """
