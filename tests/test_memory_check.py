@@ -57,14 +57,14 @@ def batches(cue_delay: int | None, seed: int = 0, continuous: bool = False):
 
 
 def run_check(
-    cue_delay: int | None, count: int = 260, continuous: bool = False
+    cue_delay: int | None, count: int = 260, continuous: bool = False, persist: int = 50
 ) -> tuple[MemoryCheck, list[str]]:
     said: list[str] = []
     spec = ObsSpec((3,), None, 2)
     if continuous:
         box = ActionComponent(GAUSSIAN, 1, low=(-2.0,), high=(2.0,))
         spec = ObsSpec(fields=spec.fields, actions=ActionSpec((box,)))
-    check = MemoryCheck(spec, warn=said.append, warmup=150, window=count)
+    check = MemoryCheck(spec, warn=said.append, warmup=150, window=count, persist=persist)
     for batch, _ in zip(batches(cue_delay, continuous=continuous), range(count)):
         check.observe(batch)
     return check, said
@@ -76,6 +76,14 @@ def test_a_reward_decided_by_an_earlier_cue_is_found_to_need_memory():
     assert check.needs_memory() and reward in check.needing(), (check.gains(), check.shares())
     assert len(said) == 1 and "--use-lstm" in said[0] and "the reward" in said[0]
     assert not check.active  # a verdict ends the check
+
+
+def test_a_verdict_needs_the_past_to_help_for_persist_batches_in_a_row():
+    """The cue task needs the past from the warm-up on (as above), but a verdict waits for
+    `persist` batches in a row: 200 are more than its 111 scored batches, and none comes."""
+    check, said = run_check(cue_delay=5, persist=200)
+    assert check.needing() and 100 <= check.streak <= 111 and not said
+    assert not check.needs_memory()
 
 
 def test_a_reward_decided_by_the_present_is_not():
