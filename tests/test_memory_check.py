@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import torch
 
+from gazelle.actions import GAUSSIAN, ActionComponent, ActionSpec
 from gazelle.runtime.memory_check import TARGETS, MemoryCheck, readable
 from gazelle.types import ObsSpec, image_field
 
 T, B = 20, 16
 
 
-def batches(cue_delay: int | None, seed: int = 0):
+def batches(cue_delay: int | None, seed: int = 0, continuous: bool = False):
     """Endless `[T+1, B]` batches of a 2-action task with episodes of 8 steps. The frame is
     `(x, cue, k / 8)`: `x` random each step; `cue` random +-1 on an episode's first step, 0
     after; `k` the step in the episode (so its end is no hidden clock).
     The reward after action `a` on step `k` of an episode: with `cue_delay` None, `x * (1 -
     2a)` (the present decides it: Markov); with `cue_delay` d, at step d only, `cue_0 * (1 -
-    2a)` (the cue shown d steps earlier decides it), else 0."""
+    2a)` (the cue shown d steps earlier decides it), else 0. `continuous`: the action is a
+    float `[1]` (a 1-d Box's sample): `+-1.5`, standing for `a` = 0 / 1."""
     gen = torch.Generator().manual_seed(seed)
     length = 8
     step = torch.randint(length, (B,), generator=gen)
@@ -27,7 +29,7 @@ def batches(cue_delay: int | None, seed: int = 0):
         "frame": torch.zeros(B, 3),
         "reward": torch.zeros(B),
         "terminated": torch.ones(B, dtype=torch.bool),
-        "action": torch.zeros(B, dtype=torch.int64),
+        "action": torch.zeros(B, 1) if continuous else torch.zeros(B, dtype=torch.int64),
     }
     while True:
         rows = [prev]
@@ -46,17 +48,24 @@ def batches(cue_delay: int | None, seed: int = 0):
             )
             x = torch.rand(B, generator=gen) * 2 - 1
             frame = torch.stack([x, cue * (step == 0), step / length], -1)
-            prev = {"frame": frame, "reward": reward, "terminated": ended, "action": action}
+            stored = sign.unsqueeze(-1) * 1.5 if continuous else action
+            prev = {"frame": frame, "reward": reward, "terminated": ended, "action": stored}
             rows.append(prev)
         batch = {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
         batch["truncated"] = torch.zeros_like(batch["terminated"])
         yield batch
 
 
-def run_check(cue_delay: int | None, count: int = 260) -> tuple[MemoryCheck, list[str]]:
+def run_check(
+    cue_delay: int | None, count: int = 260, continuous: bool = False, persist: int = 50
+) -> tuple[MemoryCheck, list[str]]:
     said: list[str] = []
-    check = MemoryCheck(ObsSpec((3,), None, 2), warn=said.append, warmup=150, window=count)
-    for batch, _ in zip(batches(cue_delay), range(count)):
+    spec = ObsSpec((3,), None, 2)
+    if continuous:
+        box = ActionComponent(GAUSSIAN, 1, low=(-2.0,), high=(2.0,))
+        spec = ObsSpec(fields=spec.fields, actions=ActionSpec((box,)))
+    check = MemoryCheck(spec, warn=said.append, warmup=150, window=count, persist=persist)
+    for batch, _ in zip(batches(cue_delay, continuous=continuous), range(count)):
         check.observe(batch)
     return check, said
 
@@ -69,6 +78,14 @@ def test_a_reward_decided_by_an_earlier_cue_is_found_to_need_memory():
     assert not check.active  # a verdict ends the check
 
 
+def test_a_verdict_needs_the_past_to_help_for_persist_batches_in_a_row():
+    """The cue task needs the past from the warm-up on (as above), but a verdict waits for
+    `persist` batches in a row: 200 are more than its 111 scored batches, and none comes."""
+    check, said = run_check(cue_delay=5, persist=200)
+    assert check.needing() and 100 <= check.streak <= 111 and not said
+    assert not check.needs_memory()
+
+
 def test_a_reward_decided_by_the_present_is_not():
     check, said = run_check(cue_delay=None)
     assert not check.needs_memory() and not said, (check.gains(), check.shares())
@@ -76,16 +93,15 @@ def test_a_reward_decided_by_the_present_is_not():
     assert not check.active  # its window is spent
 
 
+def test_continuous_actions_are_read_as_inputs():
+    """A float Box action (Pendulum, MuJoCo) has no per-action outputs: its encoding is an
+    input of both predictors. The cue task is still found, the Markov one still not."""
+    check, said = run_check(cue_delay=5, continuous=True)
+    assert TARGETS.index("reward") in check.needing() and len(said) == 1, check.gains()
+    check, said = run_check(cue_delay=None, continuous=True)
+    assert not check.needs_memory() and not said, (check.gains(), check.shares())
+
+
 def test_only_vector_and_discrete_fields_are_read():
     assert readable(ObsSpec((4,), None, 2))
     assert not readable(ObsSpec(fields=(image_field("frame", (1, 8, 8)),), num_actions=2))
-
-
-def test_composite_and_continuous_actions_are_not_read_yet():
-    from gymnasium import spaces
-
-    from gazelle.envs.action_spaces import action_spec_of
-
-    for space in (spaces.Box(-1.0, 1.0, (2,)), spaces.MultiBinary(3)):
-        spec = ObsSpec((4,), None, actions=action_spec_of(space))
-        assert not readable(spec)

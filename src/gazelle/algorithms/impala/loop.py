@@ -232,12 +232,14 @@ def _loop(
     cfg, transport = run.config, run.transport
     frames_per_unroll = run.unroll_length * run.action_repeats
     ckpt_path = cfg.run.folder() / CHECKPOINT_FILE
-    stall = StallWatch()
+    stall = StallWatch(warn=warn)
     # why: a memoryless agent on a task with hidden state learns nothing and says nothing;
     # the check says so (`gazelle.runtime.memory_check`).
     spec = getattr(run.agent, "obs_spec", run.obs_spec)  # why: without withheld fields
     memory = (
-        MemoryCheck(spec, seed=cfg.run.seed) if not cfg.model.use_lstm and readable(spec) else None
+        MemoryCheck(spec, warn=warn, seed=cfg.run.seed)
+        if not cfg.model.use_lstm and readable(spec)
+        else None
     )
     memory_metrics: dict[str, float] = {}
     inference_seen = {"batches": 0.0, "rows": 0.0}
@@ -305,6 +307,13 @@ def _loop(
             )
             last_ckpt = now
     return state.frames if logger.reached(target) else None
+
+
+def warn(line: str) -> None:
+    """A warning of the run's loop (`StallWatch`, `MemoryCheck`): printed as the run's other
+    warnings are (`stops.report_nonfinite`), on stdout, on a line of its own (a TTY's
+    progress line is rewritten in place and has no newline yet), flushed now."""
+    print(f"\n{line}", flush=True)
 
 
 def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tensor]:

@@ -1,0 +1,59 @@
+"""The default command on a task that needs memory says so (issue 58, "memory at defaults").
+
+`gazelle train` at the vector defaults trains a memoryless agent (the vector presets have no
+LSTM). On `gazelle/Memory-v0` (the reward needs a cue seen 1-30 steps earlier) such an agent
+learns nothing; the run must say that the task seems to need memory and name `--use-lstm`
+(`gazelle.runtime.memory_check`). On CartPole (Markov in its observation) it must not. Each
+run is the user's command through the CLI, in a subprocess, for the frames of the check's
+window (`WINDOW` batches of the preset's 16 x 20 steps). Verdicts over seeds:
+docs/notes/lstm.md, "Memory at defaults".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gazelle.runtime.memory_check import WINDOW
+
+pytestmark = [pytest.mark.learning, pytest.mark.slow]
+
+GAZELLE = [
+    shutil.which("gazelle") or sys.executable,
+    *([] if shutil.which("gazelle") else ["-m", "gazelle.cli"]),
+]
+#: The vector preset's batch (16 unrolls of 20 steps) times the check's window, and a few
+#: batches more (the first ones wait for the actors).
+FRAMES = (WINDOW + 10) * 16 * 20
+SAYS = "seems to need memory"
+
+
+def train(env: str, logdir: Path) -> str:
+    """stdout and stderr of `gazelle train --env ENV` at its defaults (seed 1)."""
+    command = [*GAZELLE, "train", "--env", env, "--seed", "1", "--logdir", str(logdir),
+               "--total-frames", str(FRAMES)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    return out
+
+
+def test_the_default_command_says_a_memory_task_needs_the_lstm(tmp_path):
+    out = train("gazelle/Memory-v0", tmp_path / "memory")
+    lines = [line for line in out.splitlines() if SAYS in line]
+    assert len(lines) == 1, out[-3000:]
+    assert lines[0].startswith("gazelle: warning:") and "--use-lstm" in lines[0]
+
+
+def test_the_default_command_says_nothing_of_memory_on_cartpole(tmp_path):
+    out = train("CartPole-v1", tmp_path / "cartpole")
+    assert SAYS not in out, out[-3000:]
+    # why: silence proves nothing unless the check ran: its verdict is in the progress rows.
+    rows = [json.loads(line) for line in (tmp_path / "cartpole" / "progress.jsonl").open()]
+    verdicts = [row["memory/needed"] for row in rows if "memory/needed" in row]
+    assert verdicts and not any(verdicts), verdicts
