@@ -4,8 +4,11 @@ observation and action only is not. Synthetic batches of the unroll contract, no
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+from gymnasium import spaces
 
+from gazelle.envs.spaces import obs_spec_of
 from gazelle.runtime.memory_check import TARGETS, MemoryCheck, readable
 from gazelle.types import ObsSpec, image_field
 
@@ -79,3 +82,14 @@ def test_a_reward_decided_by_the_present_is_not():
 def test_only_vector_and_discrete_fields_are_read():
     assert readable(ObsSpec((4,), None, 2))
     assert not readable(ObsSpec(fields=(image_field("frame", (1, 8, 8)),), num_actions=2))
+
+
+def test_only_one_set_of_discrete_actions_is_read():
+    """Its predictors take the action as a one-hot: a Box (MuJoCo) or a composite action is
+    not checked (it raised on `num_actions` at a run's first batch)."""
+    box = spaces.Box(-1, 1, (2,), np.float32)
+    vector = spaces.Dict({"frame": spaces.Box(-1, 1, (4,), np.float32)})
+    assert readable(obs_spec_of(vector, spaces.Discrete(3)))
+    assert not readable(obs_spec_of(vector, box))
+    assert not readable(obs_spec_of(vector, spaces.Tuple([spaces.Discrete(3), box])))
+    assert not readable(obs_spec_of(vector, spaces.MultiBinary(3)))

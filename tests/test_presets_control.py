@@ -116,3 +116,18 @@ def test_a_flag_given_beats_the_control_preset():
     assert config.get("clip_anchor") == "behaviour" and config.get("separate_value") is False
     assert config.get("normalize_obs") is False and config.get("reward_clipping") == "abs_one"
     assert config.get("entropy_cost") == 0.01 and config.get("epochs") == 10
+
+
+def test_the_default_control_command_trains(tmp_path):
+    """`gazelle train --env gazelle/Reach-v0` as it resolves (APPO, the control preset: the
+    separate value network, observation statistics, PopArt, the clip at the learner), cut
+    to one actor and two batches: it acts and learns (a feed-forward run with a Box action
+    once raised at its first batch, in the memory check)."""
+    from gazelle.algorithms import train
+
+    config = command(
+        "--env", REACH, "--total-frames", "4096", "--num-actors", "1", "--log-interval-s", "1",
+        logdir=str(tmp_path),
+    )  # fmt: skip
+    result = train(config)
+    assert result.frames >= 4096 and result.updates >= 2, result

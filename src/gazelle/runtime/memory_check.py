@@ -55,8 +55,10 @@ STEPS = 2
 
 
 def readable(spec: ObsSpec) -> bool:
-    """Whether `spec` has a field `MemoryCheck` reads (vector or discrete)."""
-    return any(f.kind in (VECTOR, DISCRETE) for f in spec.fields)
+    """Whether `MemoryCheck` can test `spec`: a field it reads (vector or discrete) and one
+    set of discrete actions (its predictors take the action as a one-hot; a Box, buttons or
+    a composite action has none)."""
+    return spec.actions.is_scalar and any(f.kind in (VECTOR, DISCRETE) for f in spec.fields)
 
 
 class _Normaliser:
