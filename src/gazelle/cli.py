@@ -48,8 +48,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         metavar="NAME",
         help=f"the algorithm: {' | '.join(registry.algorithm_names())} (default: the --preset's, "
-        "impala for impala-paper and a3c for universe-starter; else appo for ViZDoom ids, "
-        "impala otherwise)",
+        "impala for impala-paper and a3c for universe-starter; else appo for ViZDoom ids "
+        "and continuous control (a float Box action, vector observations), impala otherwise)",
     )
     for name, flat in all_fields().items():
         flag = "--" + name.replace("_", "-")

@@ -27,14 +27,20 @@ from gazelle.config.registry import DEFAULT_ALGORITHM, DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from gazelle.envs.probe import EnvProbe
+    from gazelle.types import ObsSpec
+
+
+#: Families named by the env's kind alone; any other kind's family is read from its spaces.
+KIND_FAMILIES = ("atari", "dmlab", "vizdoom")
 
 
 def default_algo(env: str, preset: str | None = None) -> str:
     """`--algo` left unset: the algorithm a named `preset` belongs to (`Algorithm.own_presets`:
     impala-paper is IMPALA's, universe-starter A3C's), else the one whose
-    `Algorithm.env_kinds` holds the kind of every level of the `env` spec (ViZDoom: APPO),
-    else impala. A spec that does not resolve gets impala here; the run's own checks then
-    name what is wrong with it."""
+    `Algorithm.env_families` holds the family of every level of the `env` spec (ViZDoom and
+    continuous control: APPO), else impala. A spec that does not resolve, or whose first
+    level cannot be made, gets impala here; the run's own checks then name what is wrong
+    with it."""
     from gazelle.envs import probe
 
     algorithms = registry.algorithms()
@@ -47,11 +53,13 @@ def default_algo(env: str, preset: str | None = None) -> str:
         kinds = probe.kinds(env)  # why: resolved once; the run's probe reuses them
     except (ValueError, ImportError):
         return DEFAULT_ALGORITHM
-    if len(kinds) == 1:
-        (kind,) = kinds
-        for algorithm in algorithms:
-            if kind in algorithm.env_kinds:
-                return algorithm.name
+    if len(kinds) != 1:
+        return DEFAULT_ALGORITHM
+    (kind,) = kinds
+    family = kind if kind in KIND_FAMILIES else _spaces_family(env, kind)
+    for algorithm in algorithms:
+        if family in algorithm.env_families:
+            return algorithm.name
     return DEFAULT_ALGORITHM
 
 
@@ -67,11 +75,41 @@ def fresh_logdir(env: str, root: str = "runs") -> str:
     return candidate
 
 
+def _spaces_family(env: str, kind: str) -> str | None:
+    """The family of env spec `env` (levels of one `kind`, not one of `KIND_FAMILIES`) read
+    from its first level's spaces (one env made and closed); None if it cannot be made.
+    The run's probe checks that every level shares them."""
+    from gazelle.envs import probe
+    from gazelle.envs import registry as envs
+
+    level = envs.expand_levels(env)[0]
+    try:
+        made = envs.make_resolved(probe.resolved(level), level, seed=0)
+    except Exception:  # why: any failure is the run's probe's to report, in full
+        return None
+    try:
+        return family_of(kind, envs.obs_spec(made))
+    except ValueError:
+        return None
+    finally:
+        made.close()
+
+
+def family_of(kind: str, obs_spec: ObsSpec) -> str:
+    """Preset family of an env of `kind` (`EnvProbe.kind`) with `obs_spec`: its kind for
+    atari, dmlab and vizdoom; else image (an image field), control (no image field and a
+    Gaussian action component: a float Box, e.g. MuJoCo's), or vector."""
+    if kind in KIND_FAMILIES:
+        return kind
+    if obs_spec.is_image:
+        return "image"
+    return "vector" if obs_spec.actions.is_discrete else "control"
+
+
 def env_family(env: EnvProbe) -> str:
-    """Preset family of a probed env: atari, dmlab, vizdoom, image or vector."""
-    if env.kind in ("atari", "dmlab", "vizdoom"):
-        return env.kind
-    return "image" if env.obs_spec.is_image else "vector"
+    """Preset family of a probed env (`family_of` its kind and spaces): atari, dmlab,
+    vizdoom, image, control or vector."""
+    return family_of(env.kind, env.obs_spec)
 
 
 def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:

@@ -66,8 +66,9 @@ class Algorithm:
     """`--model auto` for image frames; None: the machine's (`default_torso`)."""
     own_presets: tuple[str, ...] = ()
     """Presets that pick this algorithm when `--algo` is unset (impala-paper: IMPALA)."""
-    env_kinds: tuple[str, ...] = ()
-    """Env kinds whose runs use this algorithm when `--algo` is unset (ViZDoom: APPO)."""
+    env_families: tuple[str, ...] = ()
+    """Env families (`gazelle.config.presets.family_of`) whose runs use this algorithm when
+    `--algo` is unset (ViZDoom and continuous control: APPO)."""
     takes_loss_fn: bool = False
     """`train` takes `loss_fn=`, a loss replacing its own (`gazelle.train(loss_fn=...)`)."""
     measure_parts: Callable[..., dict[str, Any]] | None = None

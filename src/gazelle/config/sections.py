@@ -110,15 +110,16 @@ class ModelConfig:
     normalize_obs: bool | None = None
     """Vector observations scaled by the running mean and std of what the learner has seen,
     clipped to +-5, before their encoder (the statistics travel with the weights and into
-    checkpoints); unset: the preset's (on for continuous control). IMPALA and APPO only: their
+    checkpoints); unset: the preset's (on in IMPALA's and APPO's control presets: a float Box
+    action and vector observations). IMPALA and APPO only: their
     learner moves the statistics once per batch; A3C, whose workers compute their own
     gradients, refuses it (nothing would move them)."""
 
     separate_value: bool | None = None
     """The value head reads a network of its own (a second copy of the torso, or of every
     field's encoder) instead of the policy's, as PPO's continuous-control agents do;
-    feed-forward agents only (--no-use-lstm); unset: the preset's (off where no preset sets
-    it)."""
+    feed-forward agents only (--no-use-lstm); unset: the preset's (on in APPO's control
+    preset, off elsewhere)."""
 
     def agent_options(self) -> dict[str, Any]:
         """The keywords every copy of the agent is built with (`gazelle.models.build_agent`:

@@ -44,7 +44,7 @@ _SEED_SETTINGS: dict[str, Any] = dict(
 )  # fmt: skip
 _BUDGETS = {
     "atari": 30_000_000, "vector": 1_500_000, "dmlab": 1_000_000_000, "image": 5_000_000,
-    "vizdoom": 20_000_000,
+    "vizdoom": 20_000_000, "control": 1_000_000,
 }  # fmt: skip
 
 #: A3C presets: preset name -> env family -> flat name -> value.
@@ -87,6 +87,11 @@ A3C_PRESETS["gazelle"]["vector"].update(
     envs_per_actor=4, learning_rate=2e-3, learning_rate_decay=True, grad_norm_clip=math.inf,
     use_lstm=False, end_rollout_at_episode_end=False,
 )  # fmt: skip
+# Continuous control (a float Box action): the vector settings (not measured there). A3C
+# takes no --normalize-obs (its workers compute their own gradients; nothing would move
+# the statistics) and no PopArt; its rewards are unclipped already (--reward-clipping none).
+A3C_PRESETS["gazelle"]["control"].update(A3C_PRESETS["gazelle"]["vector"])
+A3C_PRESETS["gazelle"]["control"].update(total_frames=_BUDGETS["control"])
 for _families in A3C_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("subtract_background", False)  # the starter agent's frames / 255

@@ -47,7 +47,10 @@ APPO = Algorithm(
     # way (4.1 against 4.0 and 4.5); HealthGathering ~10% lower at 800K frames (1,699 and
     # 1,501 against 1,771 and 1,785) and level after 30 minutes (1,705 against 1,740); 30
     # minutes of DefendCenter: 21.3 against 19.0 (docs/results.md, "ViZDoom").
-    env_kinds=("vizdoom",),
+    # Continuous control (a float Box action, vector observations): PPO's shape of update
+    # with the clip anchored at the learner learned HalfCheetah-v5 (621 at 250K frames,
+    # seed 1), IMPALA's one pass at its best lr 29 (docs/notes/continuous.md).
+    env_families=("vizdoom", "control"),
     measure_parts=measure_parts,
 )
 

@@ -26,7 +26,7 @@ class AppoConfig(ImpalaConfig):
     """The policy the clipped ratio is taken to: behaviour (the actors' policy mu, whose lag
     the clip then bounds too) or learner (the learner's policy at the start of each batch's
     passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO);
-    unset: the preset's (behaviour where no preset sets it)."""
+    unset: the preset's (learner in the control preset, behaviour elsewhere)."""
 
 
 def validate_appo(check: Checks) -> None:

@@ -39,7 +39,7 @@ class ImpalaConfig:
     """Discount factor gamma (seed: 0.99)."""
     reward_clipping: str | None = None
     """abs_one | soft_asymmetric | none (seed: abs_one); unset: the preset's (abs_one, the
-    seed's; ViZDoom: none, with --popart)."""
+    seed's; ViZDoom and continuous control: none, with --popart)."""
     reward_scale: float = 1.0
     """Multiply the rewards by this before clipping them (the seed: 1); for rewards paid
     every step, whose returns are tens or hundreds (ViZDoom's scenarios)."""
@@ -58,7 +58,8 @@ class ImpalaConfig:
     """PopArt (Hessel et al. 2019): the value head learns the returns in units of their
     running standard deviation and the advantages are divided by it, for rewards whose
     returns are far from 1 (tens or hundreds: ViZDoom's per-step rewards); unset: the
-    preset's (on for ViZDoom, with unclipped rewards; off elsewhere: the seed's)."""
+    preset's (on for ViZDoom and continuous control, with unclipped rewards; off elsewhere:
+    the seed's)."""
     popart_rate: float = 0.01
     """PopArt's step size: the returns' mean and mean square move this far towards each
     batch's V-trace targets per update (after the first updates, which average the batches
