@@ -33,7 +33,10 @@ class Spec:
 
 def spin_on_the_stop_signal(spec: Spec, child) -> None:
     """In a spawned child: say so, then look at the stop signal as fast as it can (so that
-    a SIGKILL lands inside the look most of the time)."""
+    a SIGKILL lands inside the look most of the time). It beats once first: a child killed
+    before its first heartbeat counts as a failed start, and three in a row stop the fleet
+    (`TaskFleet`'s crash-loop rule), which is not what this test is about."""
+    child.beat()
     child.report({"type": "spinning", "pid": os.getpid()})
     while not child.should_stop():
         pass
