@@ -117,8 +117,11 @@ def test_the_return_at_the_end_is_summarised_over_every_seed(tmp_path):
 
 #: A stand-in run that logs a return over the threshold at once and ends by itself.
 LOGGING_RUN = """
-import json, sys, time
+import json, signal, sys, time
 from pathlib import Path
+# why: as gazelle train does (its own SIGINT handler): a shell's background job inherits
+# SIGINT ignored, and the stop at the threshold is a SIGINT
+signal.signal(signal.SIGINT, signal.default_int_handler)
 logdir = Path(sys.argv[sys.argv.index("--logdir") + 1])
 for frames in range(1, 6):
     row = {"frames": frames * 100, "episode_return": 50.0 + frames, "episode_window": 100,
