@@ -128,7 +128,7 @@ for frames in range(1, 6):
            "wall_time": time.time(), "fps": 10.0}
     with open(logdir / "progress.jsonl", "a") as f:
         f.write(json.dumps(row) + "\\n")
-    time.sleep(0.4 if frames > 1 else 5.0)  # why: time for a loaded poller to stop it
+    time.sleep(0.4)
 """
 
 
