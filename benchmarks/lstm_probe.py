@@ -59,7 +59,7 @@ BIN = 25
 #: Experimental cores for A/B runs (`--core`): the env var reaches the actor processes too,
 #: which import this file as their `__mp_main__` (spawn) and so apply the same patch.
 CORE_ENV = "LSTM_PROBE_CORE"
-CORE_VARIANTS = ("seed", "ln", "ln0", "inln", "clip5", "noreset", "skip", "warm")
+CORE_VARIANTS = ("seed", "ln", "ln0", "inln", "clip5", "step", "noreset", "skip", "warm")
 
 
 def input_proj(core: Any, inputs: torch.Tensor) -> torch.Tensor:
@@ -99,6 +99,8 @@ def _patch_core(variant: str) -> None:
     - `ln0`: the same LNs without gain or bias (the seed's parameters, nothing added);
     - `inln`: LayerNorm (with gain and bias) on the core input only;
     - `clip5`: c clipped to [-5, 5] after each step;
+    - `step`: the seed's LSTM computed as `clip5` is (the cell's equations, one step at a
+      time, in the actors and the learner) with no clip: what `clip5` changes besides it;
     - `noreset`: the seed's LSTM, its state never reset at an episode's start (carried on
       from the previous episode), in the actors and the learner alike;
     - `skip`: the seed's LSTM, its output `h + P x` (P a linear map of the core input): the
