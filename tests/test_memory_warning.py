@@ -3,8 +3,9 @@
 `gazelle train` at the vector defaults trains a memoryless agent (the vector presets have no
 LSTM). On `gazelle/Memory-v0` (the reward needs a cue seen 1-30 steps earlier) such an agent
 learns nothing; the run must say that the task seems to need memory and name `--use-lstm`
-(`gazelle.runtime.memory_check`). On CartPole (Markov in its observation) it must not. Each
-run is the user's command through the CLI, in a subprocess, for the frames of the check's
+(`gazelle.runtime.memory_check`). On CartPole (Markov in its observation) it must not: the
+CartPole learning test (tests/test_learning.py) checks that. The run is the user's command
+through the CLI, in a subprocess, for the frames of the check's
 window (`WINDOW` batches of the preset's 16 x 20 steps). Verdicts over seeds:
 docs/notes/lstm.md, "Memory at defaults".
 """
@@ -44,16 +45,13 @@ def train(env: str, logdir: Path) -> str:
 
 
 def test_the_default_command_says_a_memory_task_needs_the_lstm(tmp_path):
+    """The memoryless default does not solve the memory task (chance is 0, solved 1.0: its
+    progress rows' last mean stays at or below 0.3) and says so, once, naming --use-lstm.
+    The default on CartPole says nothing: tests/test_learning.py's CartPole run checks it."""
     out = train("gazelle/Memory-v0", tmp_path / "memory")
     lines = [line for line in out.splitlines() if SAYS in line]
     assert len(lines) == 1, out[-3000:]
     assert lines[0].startswith("gazelle: warning:") and "--use-lstm" in lines[0]
-
-
-def test_the_default_command_says_nothing_of_memory_on_cartpole(tmp_path):
-    out = train("CartPole-v1", tmp_path / "cartpole")
-    assert SAYS not in out, out[-3000:]
-    # why: silence proves nothing unless the check ran: its verdict is in the progress rows.
-    rows = [json.loads(line) for line in (tmp_path / "cartpole" / "progress.jsonl").open()]
-    verdicts = [row["memory/needed"] for row in rows if "memory/needed" in row]
-    assert verdicts and not any(verdicts), verdicts
+    rows = [json.loads(line) for line in (tmp_path / "memory" / "progress.jsonl").open()]
+    returns = [row["episode_return"] for row in rows if row.get("episode_return") is not None]
+    assert returns and returns[-1] <= 0.3, returns
