@@ -26,7 +26,7 @@ ALL_PAGES = [*PAGES, *sorted((ROOT / "docs" / "notes").glob("*.md"))]
 #: checked for its subcommand and flag names, not parsed whole.
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_:]*$|<|\.\.\.|\bX\b|YOUR_")
 FENCE = re.compile(r"^```(\w*)\s*$")
-INLINE = re.compile(r"`(gazelle (?:train|test|bench|plot)(?:\s[^`]*)?)`")
+INLINE = re.compile(r"`(gazelle (?:train|test|bench|plot|suite)(?:\s[^`]*)?)`")
 
 
 def _commands(page: Path) -> list[tuple[int, str, bool]]:
@@ -55,7 +55,7 @@ def _commands(page: Path) -> list[tuple[int, str, bool]]:
             text = re.split(r"\s+#\s", re.sub(r"^\$ ", "", text), maxsplit=1)[0]
             for part in re.split(r"\s*(?:&&|;|\|\|)\s*", text):  # `pip install ... && gazelle`
                 part = re.sub(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+", "", part)  # VAR=value prefixes
-                if re.match(r"gazelle (train|test|bench|plot)(\s|$)|gazelle$", part):
+                if re.match(r"gazelle (train|test|bench|plot|suite)(\s|$)|gazelle$", part):
                     found.append((start, part, True))
         elif not in_code:
             found.extend((number, m.group(1), False) for m in INLINE.finditer(line))
@@ -92,7 +92,7 @@ def _flags(parser: argparse.ArgumentParser) -> set[str]:
 def _parsers(monkeypatch: pytest.MonkeyPatch) -> dict[str, argparse.ArgumentParser]:
     top = build_parser()
     sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    parsers = {name: sub.choices[name] for name in ("train", "test", "plot")}
+    parsers = {name: sub.choices[name] for name in ("train", "test", "plot", "suite")}
     for what in ("train", "models", "env"):
         parsers[f"bench {what}"] = _bench_parser(what, monkeypatch)
     return parsers

@@ -1,4 +1,4 @@
-"""`gazelle train | test | bench | plot`: the command line.
+"""`gazelle train | test | bench | plot | suite`: the command line.
 
 Flags of `train` are generated from the sections of `gazelle.config.Config`, one per field,
 with the field's docstring as help, so the CLI and the config never drift apart. A bad value
@@ -241,6 +241,50 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suite(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from gazelle.suite import run_suite, write_report
+    from gazelle.suite.flags import spec_from_args, suite_command
+
+    spec = spec_from_args(args, argv)
+    command = suite_command(argv)
+    print(f"gazelle suite: {len(spec.games)} games x {len(spec.seeds)} seeds in {spec.out}")
+    try:
+        counts = run_suite(spec)
+    except KeyboardInterrupt:
+        write_report(spec, command)
+        print(f"gazelle suite: stopped; rerun the same command to resume ({spec.out})")
+        return 130
+    report = write_report(spec, command)
+    agg = report["aggregate"]
+    if "median" in agg:
+        print(
+            f"human-normalised: median {agg['median']['value']:.1f}, "
+            f"IQM {agg['iqm']['value']:.1f} over {len(agg['games'])} games"
+        )
+    print(f"wrote {spec.out / 'report.md'} and report.json ({counts})")
+    done = all(run["status"] == "done" for run in report["runs"])
+    return 0 if done else 1
+
+
+def _add_train_flags(parser: argparse.ArgumentParser, hidden: bool = False) -> None:
+    """`gazelle train`'s flags (every config field, --allow-import, --config); `hidden`:
+    kept out of the help (`gazelle suite` passes them on)."""
+    first = len(parser._actions)
+    add_config_flags(parser)
+    _add_allow_import(parser)
+    parser.add_argument(
+        "--config",
+        type=text_flag,
+        metavar="FILE",
+        help="settings from a file: a run's config.json, or JSON/TOML/YAML of the names above "
+        "with underscores, flat or by section; flags given override it; never --logdir or "
+        "where the run goes (--backend, --ray-*)",
+    )
+    if hidden:
+        for action in parser._actions[first:]:
+            action.help = argparse.SUPPRESS
+
+
 def _add_allow_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-import",
@@ -259,16 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent (default: CartPole-v1, about a minute)")
-    add_config_flags(train)
-    _add_allow_import(train)
-    train.add_argument(
-        "--config",
-        type=text_flag,
-        metavar="FILE",
-        help="settings from a file: a run's config.json, or JSON/TOML/YAML of the names above "
-        "with underscores, flat or by section; flags given override it; never --logdir or "
-        "where the run goes (--backend, --ray-*)",
-    )
+    _add_train_flags(train)
     test = sub.add_parser("test", help="evaluate a trained run's checkpoint")
     test.add_argument("--logdir", type=text_flag, required=True, help="the run's directory")
     test.add_argument("--episodes", type=number_flag(int, 1), default=10, help="episodes per level")
@@ -311,6 +346,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FIELD",
         help="one custom panel: this field on y (episode_return)",
     )
+    from gazelle.suite.flags import DESCRIPTION, add_suite_flags
+
+    suite = sub.add_parser(
+        "suite",
+        help="run a suite of games (atari5, or ENV,ENV,...) over seeds; report it",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_suite_flags(suite)
+    _add_train_flags(suite, hidden=True)
     return parser
 
 
@@ -325,7 +371,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser, "bench", lambda: cmd_bench(argparse.Namespace(what=what), rest)
         )
     args = parser.parse_args(argv)
-    commands = {"train": cmd_train, "test": cmd_test, "plot": cmd_plot}
+    commands = {
+        "train": cmd_train,
+        "test": cmd_test,
+        "plot": cmd_plot,
+        "suite": lambda args: cmd_suite(args, argv[1:]),
+    }
     return _one_line_errors(parser, args.command, lambda: commands[args.command](args))
 
 
