@@ -22,7 +22,18 @@ SRC = ROOT / "src"
 
 #: Top to bottom. The face (commands, the Python API, the plugin registry's verbs) first.
 LAYERS: list[tuple[str, ...]] = [
-    ("cli", "clidoc", "api", "plugins", "bench", "evaluation", "plot", "video", "suite"),
+    (
+        "cli",
+        "clidoc",
+        "presetdoc",
+        "api",
+        "plugins",
+        "bench",
+        "evaluation",
+        "plot",
+        "video",
+        "suite",
+    ),
     ("algorithms",),
     ("tracking", "logging", "console", "timings", "provenance", "checkpoint", "optim"),
     ("backends",),
