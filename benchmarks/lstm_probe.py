@@ -269,11 +269,50 @@ class ProbedLoss:
             if old is not None and float(old.norm()) > 1e-6:
                 ratio = (p.detach() - old).norm() / old.norm().clamp_min(1e-12)
                 row[f"update/{_short(name)}"] = _r(ratio)
+        row.update(self._step_kl(agent))
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
         self._pending, self._before = None, {}
         if self.episode_every and self.calls % self.episode_every == 1 and agent.core is not None:
             self._episode(agent)
+
+    def _step_kl(self, agent: Any) -> dict[str, float]:
+        """How far this update moved the learner's policy on its own batch: KL(before ||
+        after) with every tensor updated (`step_kl/all`) and with only one group's update
+        applied, the rest at their old values (`step_kl/head`: the policy head; `core`: the
+        LSTM; `torso`: the encoders)."""
+        old_logits, batch = getattr(self, "_old_logits", None), getattr(self, "_batch", None)
+        if old_logits is None or batch is None or not self._before:
+            return {}
+        params = dict(agent.named_parameters())
+        new = {n: p.detach().clone() for n, p in params.items()}
+        groups = {
+            "all": lambda n: True,
+            "head": lambda n: n.startswith("policy."),
+            "core": lambda n: n.startswith("core."),
+            "torso": lambda n: not n.startswith(("policy.", "core.", "baseline.")),
+        }
+        seen: dict[str, torch.Tensor] = {}
+        handle = agent.policy.register_forward_hook(
+            lambda _m, _a, out: seen.__setitem__("logits", out.detach())
+        )
+        out: dict[str, float] = {}
+        try:
+            with torch.no_grad():
+                for group, chosen in groups.items():
+                    for n, p in params.items():
+                        if n in self._before:
+                            p.copy_(new[n] if chosen(n) else self._before[n])
+                    self.base(agent, dict(batch))
+                    kl = _kl(old_logits.float(), seen["logits"].float()).mean()
+                    out[f"step_kl/{group}"] = _r(kl)
+        finally:
+            handle.remove()
+            with torch.no_grad():
+                for n, p in params.items():
+                    p.copy_(new[n])
+        self._old_logits = self._batch = None
+        return out
 
     def __call__(self, agent: Any, batch: dict[str, torch.Tensor]) -> Any:
         self.calls += 1
@@ -295,10 +334,11 @@ class ProbedLoss:
         def post(_m: Any, _args: Any, output: Any) -> None:
             seen["out"] = output[0]
 
-        def logits_hook(_m: Any, _args: Any, output: torch.Tensor) -> None:
-            seen["logits"] = output
+        def logits_hook(_m: Any, args: Any, output: torch.Tensor) -> None:
+            seen["logits"], seen["head_in"] = output, args[0]
 
         batch = dict(batch)
+        self._batch = {k: v.detach() for k, v in batch.items()}
         h0 = batch["state_h"].detach().clone().requires_grad_(True)
         c0 = batch["state_c"].detach().clone().requires_grad_(True)
         batch["state_h"], batch["state_c"] = h0, c0
@@ -328,6 +368,8 @@ class ProbedLoss:
             row[f"unroll/{key}"] = _r(trace[key].mean() if key != "cmax" else trace[key].max())
         row["unroll/c_first"], row["unroll/c_last"] = _r(trace["c"][0]), _r(trace["c"][-1])
         logits = seen["logits"].detach().view(steps, size, -1)
+        self._old_logits = seen["logits"].detach()
+        _head_input_row(row, seen["head_in"])
         # why: the actor's logits at t+1 are its policy on x_t (the loss's shift by one).
         kl = _kl(batch["policy_logits"][1:].float(), logits[:-1].float()).mean(1)  # [T]
         row["kl/first"], row["kl/last"], row["kl/mean"] = _r(kl[0]), _r(kl[-1]), _r(kl.mean())
@@ -365,9 +407,10 @@ class ProbedLoss:
         sizes only (the same columns as with a core, for comparison)."""
         seen: dict[str, Any] = {}
 
-        def logits_hook(_m: Any, _args: Any, output: torch.Tensor) -> None:
-            seen["logits"] = output
+        def logits_hook(_m: Any, args: Any, output: torch.Tensor) -> None:
+            seen["logits"], seen["head_in"] = output, args[0]
 
+        self._batch = {k: v.detach() for k, v in batch.items()}
         handle = agent.policy.register_forward_hook(logits_hook)
         try:
             loss, metrics = self.base(agent, batch)
@@ -377,6 +420,8 @@ class ProbedLoss:
         row: dict[str, Any] = {"kind": "update", "update": self.calls, "frames": self.frames}
         row.update({k: _r(v) for k, v in metrics.items() if torch.as_tensor(v).numel() == 1})
         logits = seen["logits"].detach().view(steps, size, -1)
+        self._old_logits = seen["logits"].detach()
+        _head_input_row(row, seen["head_in"])
         kl = _kl(batch["policy_logits"][1:].float(), logits[:-1].float()).mean(1)  # [T]
         row["kl/first"], row["kl/last"], row["kl/mean"] = _r(kl[0]), _r(kl[-1]), _r(kl.mean())
         self._pending = row
@@ -443,6 +488,16 @@ class ProbedLoss:
             row[key] = [_r(b.max() if key == "cmax" else b.mean(), 3) for b in bins]
         self.log.write(json.dumps(row) + "\n")
         self.log.flush()
+
+
+def _head_input_row(row: dict[str, Any], head_in: torch.Tensor) -> None:
+    """The policy head's input per row: its mean L1 and L2 norms and the share of entries
+    with |x| > 0.9 (an Adam- or RMSProp-like step moves each head weight by about the same
+    amount, so the logits move with the input's L1 norm)."""
+    x = head_in.detach().float().flatten(0, -2)
+    row["head_in/l1"] = _r(x.abs().sum(-1).mean())
+    row["head_in/l2"] = _r(x.norm(dim=-1).mean())
+    row["head_in/big"] = _r((x.abs() > 0.9).float().mean())
 
 
 def _batch1(obs: dict[str, Any]) -> dict[str, Any]:

@@ -72,3 +72,45 @@ def make_optimizer(
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, eps=eps)
     raise ValueError(f"optimizer: invalid value {kind!r}; allowed: rmsprop_tf | rmsprop | adam")
+
+
+def param_groups(agent: torch.nn.Module, lstm_lr_scale: float) -> list[dict[str, Any]]:
+    """The agent's parameters as optimiser groups, each with its `lr_scale` (the learner
+    steps a group at `learning_rate * lr_scale`): an agent with an LSTM core gets two, the
+    core and the policy head at `lstm_lr_scale` first, then the rest at 1 (two whatever the
+    scale, so that a run resumed with another scale loads its optimiser state); one without
+    gets one. Each group keeps `agent.parameters()`' order."""
+    if getattr(agent, "core", None) is None:
+        return [{"params": list(agent.parameters()), "lr_scale": 1.0}]
+    parts: list[torch.nn.Module] = [agent.core, agent.policy]  # type: ignore[list-item]
+    scaled = {id(p) for part in parts for p in part.parameters()}
+    params = list(agent.parameters())
+    return [
+        {"params": [p for p in params if id(p) in scaled], "lr_scale": float(lstm_lr_scale)},
+        {"params": [p for p in params if id(p) not in scaled], "lr_scale": 1.0},
+    ]
+
+
+def regroup_state(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, agent: torch.nn.Module
+) -> dict[str, Any]:
+    """An optimiser state saved with one group of `agent.parameters()` (before
+    `param_groups` split them) laid out as `optimizer`'s groups, each parameter's moments
+    kept; a state with as many groups as `optimizer` is returned as it is."""
+    groups = state["param_groups"]
+    if len(groups) == len(optimizer.param_groups) or len(groups) != 1:
+        return state
+    # why: torch numbers a state's parameters through its groups in order; the saved one
+    # group held `agent.parameters()` in order, so index i there is that list's i-th.
+    old_index = {id(p): i for i, p in enumerate(agent.parameters())}
+    new_state, new_groups, j = {}, [], 0
+    for group in optimizer.param_groups:
+        indices = []
+        for p in group["params"]:
+            i = old_index[id(p)]
+            if i in state["state"]:
+                new_state[j] = state["state"][i]
+            indices.append(j)
+            j += 1
+        new_groups.append({**groups[0], "params": indices, "lr_scale": group["lr_scale"]})
+    return {"state": new_state, "param_groups": new_groups}

@@ -16,6 +16,7 @@ import torch
 from gazelle import checkpoint
 from gazelle.config import Config
 from gazelle.config.validation import TORSO_ACTIVATIONS
+from gazelle.optim import regroup_state
 from gazelle.runtime.schedule import LinearDecay
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -139,7 +140,7 @@ def restore(
                 f"with {was!r}, not {now!r}; use another --logdir or pass --no-resume"
             )
     agent.load_state_dict(state["agent"])
-    optimizer.load_state_dict(state["optimizer"])
+    optimizer.load_state_dict(regroup_optimizer_state(state["optimizer"], optimizer, agent))
     checkpoint.set_rng_state(state["rng"])
     return {
         "frames": int(state["frames"]),
@@ -193,6 +194,10 @@ def saved_config(data: dict[str, Any]) -> Config:
         # why: a saved config is resolved, so unset means saved before the flag existed;
         # a newer preset must not change the frames its weights were trained on.
         saved = saved.replace(subtract_background=False)
+    algorithm = saved.algorithm
+    if getattr(algorithm, "lstm_lr_scale", 0.0) is None:
+        # why: a run saved before the field stepped every layer at the one rate
+        saved = saved.replace(lstm_lr_scale=1.0)
     if saved.env.doom_actions is None and not saved.env.raw_obs and _is_doom(saved.env.id):
         saved = saved.replace(doom_actions="single")  # why: ViZDoom's only form until then
     return saved
@@ -220,6 +225,14 @@ def write_config(logdir: Path, config: Config) -> None:
     # why: a resume reads it back (the CLI's `saved_run`): never a torn one
     checkpoint.write_text(logdir / CONFIG_FILE, json.dumps(config.to_dict(), indent=2) + "\n")
     write_provenance(logdir)
+
+
+def regroup_optimizer_state(state: Any, optimizer: StateHolder, agent: torch.nn.Module) -> Any:
+    """`state` laid out as `optimizer`'s parameter groups (`gazelle.optim.regroup_state`:
+    a checkpoint saved before the LSTM's own group); A3C's shared Adam takes it as it is."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return regroup_state(state, optimizer, agent)
+    return state
 
 
 def _network_value(config: Config, name: str) -> Any:

@@ -108,7 +108,8 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             return self._skip(metrics, "learner/nonfinite_grad")
         for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
+            # why: a group may step at a share of the rate (`gazelle.optim.param_groups`)
+            group["lr"] = learning_rate * group.get("lr_scale", 1.0)
         self.layer_stats.before_step()
         self.optimizer.step()
         metrics.update(self.layer_stats.after_step())

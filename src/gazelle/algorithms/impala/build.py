@@ -18,7 +18,7 @@ from gazelle.algorithms.impala.settings import ImpalaConfig
 from gazelle.backends import BackendRequest, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
-from gazelle.optim import make_optimizer
+from gazelle.optim import make_optimizer, param_groups
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.learner import Learner, LossFn
@@ -128,9 +128,10 @@ def make_learner(
     `loss_fn`, from a resolved config."""
     impala = config.algorithm
     assert impala.optimizer and impala.learning_rate and impala.epsilon is not None
+    scale = impala.lstm_lr_scale if impala.lstm_lr_scale is not None else 1.0
     optimizer = make_optimizer(
         impala.optimizer,
-        agent.parameters(),
+        param_groups(agent, scale),
         lr=impala.learning_rate,
         decay=impala.decay,
         momentum=impala.momentum,

@@ -54,6 +54,14 @@ class ImpalaConfig:
     """Scale the policy term's advantages to mean 0, std 1 over each batch (APPO: each
     minibatch; PPO's practice), so the entropy weight means the same whatever the reward
     scale; unset: the preset's (IMPALA: the seed's unscaled V-trace advantages)."""
+    lstm_lr_scale: float | None = None
+    """With the LSTM core: the learning rate of the core and of the policy head, as a
+    multiple of --learning-rate (the rest of the agent takes the whole rate). An RMSProp or
+    Adam step moves each weight by about the same amount, so a layer's output moves with
+    the summed size of its inputs: the LSTM's 256 outputs, mostly near +-1, moved the
+    policy 10-50x as far per update as the memoryless agent's, and CartPole's policy
+    collapsed over and over (docs/notes/lstm.md). Unset: the preset's (0.1 in IMPALA's
+    vector preset; 1, the seed's, elsewhere)."""
     popart: bool | None = None
     """PopArt (Hessel et al. 2019): the value head learns the returns in units of their
     running standard deviation and the advantages are divided by it, for rewards whose
@@ -79,6 +87,8 @@ def validate_impala(check: Checks) -> None:
     check.in_range("baseline_cost", 0.0, 1e6)
     check.in_range("entropy_cost", 0.0, 1e6, allow_none=True)
     check.in_range("vtrace_lambda", 0.0, 1.0, allow_none=True)
+    check.positive("lstm_lr_scale", integer=False, allow_none=True)
+    check.in_range("lstm_lr_scale", 0.0, 1e3, allow_none=True)
     check.positive("reward_scale", integer=False)
     check.positive("popart_rate", integer=False)
     check.in_range("popart_rate", 0.0, 1.0)
