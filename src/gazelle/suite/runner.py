@@ -152,7 +152,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         pass
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        process.wait()  # bounded: SIGKILL of its process group ends it at once
 
 
 def run_pair(spec: SuiteSpec, pair: Pair) -> str:
