@@ -111,7 +111,7 @@ def _progress_path(logdir: str | Path) -> Path:
     raise FileNotFoundError(f"no {PROGRESS_FILE} in {path} (not a gazelle run directory?)")
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def read_rows(path: Path) -> list[dict[str, Any]]:
     """The JSON rows of a progress file (plain or gzipped); a row torn by a crash (bad JSON)
     is skipped."""
     data = path.read_bytes()
@@ -133,7 +133,7 @@ def read_progress(logdir: str | Path, x: str, y: str) -> Series:
 
     Rows missing ``x`` or ``y``, with a null, or torn by a crash are skipped.
     """
-    return _series(_read_rows(_progress_path(logdir)), x, y)
+    return _series(read_rows(_progress_path(logdir)), x, y)
 
 
 def load_run(logdir: str | Path) -> Run:
@@ -149,7 +149,7 @@ def load_run(logdir: str | Path) -> Run:
         config = loaded if isinstance(loaded, dict) else None
     except (OSError, json.JSONDecodeError):
         pass
-    return Run(progress.parent.name, progress.parent, tuple(_read_rows(progress)), config)
+    return Run(progress.parent.name, progress.parent, tuple(read_rows(progress)), config)
 
 
 def _leaves(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

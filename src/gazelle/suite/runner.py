@@ -76,18 +76,10 @@ def command_line(spec: SuiteSpec, pair: Pair) -> str:
 
 def read_rows(logdir: Path) -> list[dict[str, Any]]:
     """The rows of a run's progress.jsonl (none when absent); a torn line is skipped."""
+    from gazelle.plot.runs import read_rows as read_progress_file
+
     path = logdir / "progress.jsonl"
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return read_progress_file(path) if path.is_file() else []
 
 
 def read_status(pair: Pair) -> dict[str, Any]:
