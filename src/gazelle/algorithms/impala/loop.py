@@ -158,7 +158,8 @@ def train(
         interrupted = True
         print("\ngazelle: interrupted; saving a checkpoint (re-run the same command to resume)")
     finally:
-        prefetcher.close()
+        if not prefetcher.close():
+            print("gazelle: the learner's prefetch thread did not stop within 10 s", flush=True)
         transport.fleet.close()
         # why: the events actors sent while the loop ended still carry finished episodes.
         telemetry.consume(transport.fleet.poll(), state.frames)
