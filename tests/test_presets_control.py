@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 import gazelle.api
 from gazelle.cli import build_parser, config_from_args
-from gazelle.config import Config, env_family, resolve, validate
+from gazelle.config import Config, ConfigError, env_family, resolve, validate
 from gazelle.config.presets import default_algo, family_of
 from gazelle.envs.probe import probe
 from gazelle.envs.spaces import obs_spec_of
@@ -131,3 +131,25 @@ def test_the_default_control_command_trains(tmp_path):
     )  # fmt: skip
     result = train(config)
     assert result.frames >= 4096 and result.updates >= 2, result
+
+
+def test_a_preset_value_that_clashes_with_a_flag_given_is_named_as_the_presets(tmp_path):
+    """`--batch-size 4` on a control env: the preset's 8 minibatches do not divide it. The
+    error says the 8 came from the preset and which flag to set, not "invalid value 8" as
+    if the user had typed it; a value the user typed keeps the plain message."""
+    from gazelle.algorithms.common import prepare
+
+    def refused(*argv: str) -> str:
+        config = config_from_args(
+            build_parser().parse_args(["train", "--logdir", str(tmp_path), "--env", REACH, *argv])
+        )
+        with pytest.raises(ConfigError) as err:
+            prepare(config)
+        return str(err.value)
+
+    message = refused("--batch-size", "4")
+    assert message.startswith("--minibatches: 8 is appo's gazelle preset for control envs")
+    assert "(set --minibatches)" in message and "a divisor of --batch-size (4" in message
+    assert refused("--batch-size", "4", "--minibatches", "3").startswith(
+        "--minibatches: invalid value 3;"
+    )

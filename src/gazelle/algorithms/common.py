@@ -22,6 +22,7 @@ from gazelle.config import (
     resolve,
     validate,
 )
+from gazelle.config.presets import blame_preset
 from gazelle.runtime.learner import cpu_has_native_bf16
 from gazelle.types import INSTRUCTION, ObsSpec
 
@@ -153,11 +154,14 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
             "gazelle: warning: --precision bf16 on a CPU without bf16 hardware (AVX512-BF16 "
             "or AMX): torch emulates it, 13x slower than fp32 on the deep torso; use fp32"
         )
-    config = resolve(config, found, cuda=device.type == "cuda")
+    given, config = config, resolve(config, found, cuda=device.type == "cuda")
     if config.run.logdir is None:
         # why: the one default rule (`fresh_logdir`), for runs started from Python too
         config = config.replace(logdir=fresh_logdir(config.env.id))
-    validate(config)
+    try:
+        validate(config)
+    except ConfigError as err:
+        raise blame_preset(err, given, config, found) from None
     check_torso(config, found.obs_spec)
     check_logdir(config)
     if config.actors.inference == "auto":

@@ -163,3 +163,21 @@ def resolve(config: Config, env: EnvProbe, cuda: bool = False) -> Config:
         if algorithm.image_torso is not None and frame_is_image:
             updates["model"] = algorithm.image_torso  # e.g. A3C: the seed's conv torso
     return config.replace(**updates)
+
+
+def blame_preset(err: ConfigError, given: Config, resolved: Config, env: EnvProbe) -> ConfigError:
+    """`err` from validating `resolved`, reworded when its flag was left unset in `given`
+    and filled by the preset: the user never typed that value, so the message says where it
+    came from and that setting the flag is the way out (e.g. `--batch-size 4` on a control
+    env, whose preset has 8 minibatches)."""
+    try:
+        unset = given.get(err.name) is None and resolved.get(err.name) is not None
+    except (KeyError, AttributeError, ValueError):
+        return err  # a name that is not a flag (e.g. a pair of flags): as it was
+    if not unset:
+        return err
+    preset = getattr(resolved.algorithm, "preset", None)
+    source = f"{resolved.algo}'s {preset} preset for {env_family(env)} envs"
+    flag = "--" + err.name.replace("_", "-")
+    problem = f"{err.value!r} is {source}, and it does not fit the flags given (set {flag})"
+    return ConfigError(err.name, err.value, err.allowed, problem=problem)
