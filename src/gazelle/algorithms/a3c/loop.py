@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from torch import nn
+
 from gazelle.algorithms import runlock
 from gazelle.algorithms.a3c.report import UpdateWatch, describe, log_progress
 from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
@@ -272,6 +274,19 @@ def _loop(
     return run.frames if run.logger.reached(target) else None
 
 
+def shared_adam(
+    config: Config, num_workers: int, schedule: LinearDecay | None = None
+) -> Callable[[nn.Module], SharedAdamServer]:
+    """`make_server(agent)`: the shared Adam over `agent` of a resolved config (its learning
+    rate, epsilon and `--lstm-lr-scale`), with `schedule` (None: a constant rate)."""
+    a3c = config.a3c
+    assert a3c.learning_rate is not None and a3c.lstm_lr_scale is not None
+    return functools.partial(
+        SharedAdamServer, num_workers=num_workers, lr=a3c.learning_rate, eps=a3c.epsilon,
+        schedule=schedule, lstm_lr_scale=a3c.lstm_lr_scale,
+    )  # fmt: skip
+
+
 def _workers(
     config: Config,
     agent: Agent,
@@ -283,18 +298,13 @@ def _workers(
     handed the work its workers run (`run_worker(spec, context, server, settings)`) and the
     store they push to (the shared Adam over the global network), and keeps the store where
     its workers reach it (`gazelle.backends.WorkerRequest`)."""
-    a3c, actors = config.a3c, config.actors
-    assert a3c.learning_rate is not None
-    make_server = functools.partial(
-        SharedAdamServer, num_workers=len(specs), lr=a3c.learning_rate, eps=a3c.epsilon,
-        schedule=schedule,
-    )  # fmt: skip
+    actors = config.actors
     request = WorkerRequest(
         work=run_worker,
         specs=specs,
         settings=settings,
         agent=agent,
-        make_server=make_server,
+        make_server=shared_adam(config, len(specs), schedule),
         actor_timeout_s=actors.actor_timeout_s,
         cluster_address=actors.ray_address,
         cpus_per_actor=actors.ray_actor_cpus,

@@ -19,8 +19,7 @@ from gazelle.runtime.part_costs import env_rate, fake_obs, per_core_rate
 
 def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, Any]:
     """Per-core rates of env steps, local inference and the worker's update for `config`."""
-    from gazelle.algorithms.a3c.loop import a3c_agent
-    from gazelle.algorithms.a3c.shared_adam import SharedAdamServer
+    from gazelle.algorithms.a3c.loop import a3c_agent, shared_adam
     from gazelle.algorithms.a3c.worker import train_step, trainer_settings
     from gazelle.algorithms.common import prepare
 
@@ -34,7 +33,7 @@ def measure_a3c_parts(config: Config, seconds: float, rounds: int = 3) -> dict[s
         assert model.use_lstm is not None and a3c.learning_rate is not None
         # why: the run's own network (its --init and core inputs), as the workers build it.
         agent, local = a3c_agent(config, spec), a3c_agent(config, spec)
-        server = SharedAdamServer(agent, 1, lr=a3c.learning_rate, eps=a3c.epsilon)
+        server = shared_adam(config, 1)(agent)
         settings = trainer_settings(config, found.action_repeats)
         rollout: dict[str, torch.Tensor] = {
             **fake_obs(spec, (steps + 1, envs)),

@@ -95,3 +95,6 @@ A3C_PRESETS["gazelle"]["control"].update(total_frames=_BUDGETS["control"])
 for _families in A3C_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("subtract_background", False)  # the starter agent's frames / 255
+        # the seed's one rate for every layer: with --use-lstm (the vector preset has no
+        # LSTM) a share for the core and the policy head is not measured to win here
+        _values.setdefault("lstm_lr_scale", 1.0)

@@ -98,12 +98,14 @@ def describe(config: Config, workers: int) -> str:
     a3c, env = config.a3c, config.env
     inputs = "features+reward+action" if a3c.last_action_reward else "features"
     rollouts = "to episode end" if a3c.end_rollout_at_episode_end else "fixed"
+    # why: the share only acts on an LSTM core (`SharedAdamServer`), so it is named there
+    share = f" lstm_lr_scale={a3c.lstm_lr_scale:g}" if config.model.use_lstm else ""
     return (
         f"gazelle: a3c ({a3c.preset}) on {env.id}: model={model_words(config)} "
         f"workers={workers}x{config.actors.envs_per_actor} envs "
         f"frames={env.atari_frames or 'as the env'} core_inputs={inputs} "
         f"init={config.model.init} advantages={a3c.advantage_values} values "
-        f"rollouts={rollouts} T={a3c.unroll_length} adam lr={a3c.learning_rate:g} "
+        f"rollouts={rollouts} T={a3c.unroll_length} adam lr={a3c.learning_rate:g}{share} "
         f"gamma={a3c.discounting} lambda={a3c.gae_lambda} entropy={a3c.entropy_cost} "
         f"clip={a3c.grad_norm_clip} total_frames={config.run.total_frames:,}"
     )

@@ -33,6 +33,13 @@ class A3CConfig:
     learning_rate_decay: bool | None = None
     """Decay the learning rate linearly to 0 over total_frames (the A3C paper) instead of
     keeping it constant (the starter agent); unset: the env family's preset."""
+    lstm_lr_scale: float | None = None
+    """With the LSTM core: the shared Adam steps the core and the policy head at this
+    multiple of the learning rate (the rest of the agent at the whole rate), as IMPALA's
+    --lstm-lr-scale does: Adam moves each weight by about the rate, so a layer reading the
+    LSTM's 256 outputs moves the policy far more per update than one reading the memoryless
+    torso's 64, and CartPole's policy collapsed with the LSTM (docs/notes/lstm.md). Unset:
+    the preset's (1, the seed's one rate, in every A3C preset)."""
     epsilon: float = 1e-8
     """Adam's epsilon (TensorFlow's default, as in the seed)."""
     discounting: float = 0.99
@@ -87,6 +94,8 @@ def validate_a3c(check: Checks) -> None:
     for name in ("learning_rate", "grad_norm_clip"):
         check.positive(name, integer=False, allow_none=True)
     check.positive("epsilon", integer=False)
+    check.positive("lstm_lr_scale", integer=False, allow_none=True)
+    check.in_range("lstm_lr_scale", 0.0, 1e3, allow_none=True)
     for name in ("discounting", "gae_lambda"):
         check.in_range(name, 0.0, 1.0)
     for name in ("baseline_cost", "entropy_cost"):

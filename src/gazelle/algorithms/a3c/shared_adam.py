@@ -12,6 +12,10 @@ others (a lock it held would never be released). What it costs, as in the seed: 
 updating at once may interleave their writes to a weight or a moment. The step count does
 not lose increments: each worker counts its own updates in its own cell, and Adam's bias
 correction uses their sum (`tests/test_a3c.py` checks both).
+
+With an LSTM core, the core and the policy head may step at a share of the learning rate
+(`lstm_lr_scale`, `--lstm-lr-scale`): the parameters of that share are
+`gazelle.optim.param_groups`' first group, as in IMPALA's and APPO's optimisers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from gazelle.optim import param_groups
 from gazelle.runtime.schedule import LinearDecay
 
 
@@ -36,6 +41,9 @@ class SharedAdamServer:
         schedule: when given, the learning rate follows it (a `LinearDecay` over the env
             frames counted by `add_frames`, as the A3C paper anneals it); None keeps `lr`
             constant, as the starter agent does.
+        lstm_lr_scale: the LSTM core and the policy head step at `lr * lstm_lr_scale`
+            (`gazelle.optim.param_groups` says which parameters those are; a module
+            without a core has none); 1: one rate for every parameter, the seed's.
     """
 
     def __init__(
@@ -46,9 +54,17 @@ class SharedAdamServer:
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         schedule: LinearDecay | None = None,
+        lstm_lr_scale: float = 1.0,
     ) -> None:
         module.share_memory()
         self.params = [p for p in module.parameters() if p.requires_grad]
+        scale_of = {
+            id(p): float(group["lr_scale"])
+            for group in param_groups(module, lstm_lr_scale)
+            for p in group["params"]
+        }
+        #: Each parameter's share of the learning rate (`lstm_lr_scale` or 1).
+        self.lr_scales = [scale_of[id(p)] for p in self.params]
         #: Each parameter's layer group (`gazelle.runtime.layer_stats.parameter_groups`).
         self.groups = [n.split(".", 1)[0] for n, p in module.named_parameters() if p.requires_grad]
         self.exp_avg = [torch.zeros_like(p).share_memory_() for p in self.params]
@@ -135,19 +151,22 @@ class SharedAdamServer:
         bias1 = 1.0 - beta1**step
         bias2 = 1.0 - beta2**step
         lr = self.learning_rate()
-        for param, grad, m, v, group in zip(
-            self.params, grads, self.exp_avg, self.exp_avg_sq, self.groups
+        for param, grad, m, v, group, scale in zip(
+            self.params, grads, self.exp_avg, self.exp_avg_sq, self.groups, self.lr_scales
         ):
             if grad is None:
                 continue
             m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
             denom = (v / bias2).sqrt_().add_(self.eps)
+            # why: `lr * 1.0` is `lr` exactly, so at scale 1 the step is bit for bit the
+            # one-rate step (tests/test_lstm_step.py checks it).
+            step_size = lr * scale / bias1
             if sums is None:
-                param.addcdiv_(m, denom, value=-lr / bias1)
+                param.addcdiv_(m, denom, value=-step_size)
                 continue
             # why: the step as its own tensor, to measure it: one more [param] buffer.
-            delta = (m / denom).mul_(lr / bias1)
+            delta = (m / denom).mul_(step_size)
             total = sums.setdefault(group, [0.0, 0.0])
             total[0] += float(delta.pow(2).sum())
             total[1] += float(param.pow(2).sum())
