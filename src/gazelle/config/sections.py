@@ -47,8 +47,9 @@ class EnvConfig:
     exclusive buttons, per other button and per delta button: buttons pressed together) or
     registered (as the id's max_buttons_pressed: single for the -v1 ids, combos for the
     -MultiBinary-v1 and Doom/Freedoom map ids); unset: single, the measured default (combos
-    was not as good on Basic, 0 of 2 seeds to 75 in 800K frames against 1 of 2, and level
-    on HealthGathering: docs/notes/vizdoom-actions.md)."""
+    was not as good on Basic, 0 of 2 seeds to 75 in 800K frames against 1 of 2, nor on
+    DefendCenter, 0 of 2 to 8 in 1.5M against 2 of 2, and level on HealthGathering:
+    docs/notes/vizdoom-actions.md)."""
     atari_frames: str | None = None
     """Atari preprocessing: deepmind (84x84, 4 stacked, max-pooled: IMPALA's) or universe
     (one 42x42 frame of the playing field: the A3C seed's); unset: the algorithm's."""
