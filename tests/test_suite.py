@@ -14,7 +14,7 @@ import pytest
 from gazelle.cli import main
 from gazelle.config import ConfigError
 from gazelle.suite import SUITES, SuiteSpec, parse_games, read_scores, write_report
-from gazelle.suite.runner import pairs
+from gazelle.suite.pairs import pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
