@@ -154,7 +154,7 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> SuiteSpec:
         seeds=seeds,
         frames=args.frames,
         minutes=args.minutes,
-        out=Path(args.out),
+        out=Path(args.out).absolute(),  # why: a Ray task's working folder is not ours
         train_args=tuple(train_args),
         thresholds=parse_thresholds(args.threshold, games),
         scores=read_scores(args.scores) if args.scores else None,
