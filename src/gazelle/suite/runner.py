@@ -35,18 +35,24 @@ SAVE_TIMEOUT_S = 300.0
 #: The line `gazelle train` prints when `--target-return` ended the run early (done).
 TARGET_STOP = "stopped at --target-return"
 
-#: Runs a command (argv[2:]) that gets SIGINT, as Ctrl-C, when the process that started it
-#: (pid argv[1]) dies: Linux's PR_SET_PDEATHSIG, which survives the exec. Elsewhere it only
-#: runs the command.
+#: Runs a command (argv[2:]) as its parent and watches the process that started it (pid
+#: argv[1]): once that one is gone (a suite or a Ray worker killed), the command gets one
+#: SIGINT, as Ctrl-C (a run saves, then exits). It ignores the SIGINT a stop sends to the
+#: whole process group (the run gets that one itself) and exits with the command's code.
 ORPHAN_GUARD = """\
-import ctypes, os, signal, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT)
-except (OSError, AttributeError):
-    pass
-if os.getppid() != int(sys.argv[1]):
-    sys.exit("gazelle suite: the suite ended before this run started")
-os.execv(sys.argv[2], sys.argv[2:])
+import os, signal, subprocess, sys
+signal.signal(signal.SIGINT, lambda *_: None)  # a handler, not SIG_IGN: exec resets it
+starter, told = int(sys.argv[1]), False
+run = subprocess.Popen(sys.argv[2:])
+while run.poll() is None:
+    if not told and os.getppid() != starter:
+        run.send_signal(signal.SIGINT)
+        told = True
+    try:
+        run.wait(timeout=0.2)
+    except subprocess.TimeoutExpired:
+        pass
+sys.exit(run.returncode if run.returncode >= 0 else 128 - run.returncode)
 """
 
 
@@ -127,8 +133,10 @@ def run_pair(
         ended_at=None,
     )
     run = [sys.executable, "-m", "gazelle.cli", "train", *train_args(spec, pair)]
-    # why: the guard makes the run get SIGINT (it saves, then exits) when this process dies
+    # why: the guard gives the run one SIGINT (it saves, then exits) when this process dies
     # (a suite or a Ray worker killed): never a run left training with nobody to report it.
+    # A guard process rather than the kernel's parent-death signal: with that one, a run
+    # orphaned on a Ray node got a second SIGINT while it saved, which aborted the save.
     full = [sys.executable, "-c", ORPHAN_GUARD, str(os.getpid()), *run]
     deadline = None if spec.minutes is None else spec.minutes * 60.0
     stopped_at_budget = False
