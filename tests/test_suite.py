@@ -247,6 +247,21 @@ def test_the_report_of_run_folders_matches_a_hand_computation(tmp_path):
     assert all(f"`cmd {seed}`" in page for seed in (1, 2))
 
 
+def test_what_a_pass_runs_again_by_status_and_retry_failed(tmp_path):
+    from gazelle.suite.pairs import should_run, write_status
+
+    spec = SuiteSpec("s", ("CartPole-v1",), (1,), 9, None, tmp_path)
+    retry = dataclasses.replace(spec, retry_failed=True)
+    pair = pairs(spec)[0]
+    pair.status_path.parent.mkdir(parents=True)
+    assert should_run(spec, pair) and should_run(retry, pair)  # not started
+    expected = {"running": True, "interrupted": True, "done": False, "failed": False}
+    for status, again in expected.items():
+        write_status(pair, status=status)
+        assert should_run(spec, pair) is again, status
+        assert should_run(retry, pair) is (again or status == "failed"), status
+
+
 def _suite(out: Path, scores: Path) -> subprocess.CompletedProcess[str]:
     command = [
         sys.executable,
