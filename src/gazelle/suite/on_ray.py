@@ -181,7 +181,7 @@ def _finish(
     """One finished task: its status counted and printed; a task that raised or died marks
     its pair failed; a node that did not see OUT stops the suite (RunError)."""
     try:
-        result = ray.get(ref)
+        result = ray.get(ref)  # ready: ray.wait returned it
     except ray.exceptions.RayError as err:
         cause = getattr(err, "cause", None) or err
         first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
