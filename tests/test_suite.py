@@ -123,8 +123,8 @@ def test_each_ray_task_asks_for_a_whole_node_by_default_and_one_that_fits_nowher
         resources(dataclasses.replace(spec, run_cpus=8.0, run_gpus=3.0), nodes)
 
 
-#: A stand-in run: each SIGINT appends a line to the file argv[1] names; it exits 1 s after
-#: the first (a run saving its checkpoint).
+#: A stand-in run: each SIGINT appends a line to the file argv[1] names; it exits 0.6 s
+#: after the first (a run saving its checkpoint).
 _RUN = """\
 import pathlib, signal, sys, time
 mark = pathlib.Path(sys.argv[1])
@@ -135,7 +135,7 @@ signal.signal(signal.SIGINT, stop)
 mark.with_name("ready").write_text("")
 while not mark.exists():
     time.sleep(0.01)
-time.sleep(1.0)
+time.sleep(0.6)
 """
 
 
@@ -157,7 +157,7 @@ def test_a_run_gets_one_sigint_when_whoever_started_it_dies(tmp_path):
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert ready.exists(), "the run never started"
-        time.sleep(0.3)
+        time.sleep(0.2)
         assert not mark.exists()  # no SIGINT while its starter lives
     finally:
         parent.kill()  # SIGKILL: no chance to stop its child itself
@@ -165,7 +165,7 @@ def test_a_run_gets_one_sigint_when_whoever_started_it_dies(tmp_path):
     deadline = time.monotonic() + 10
     while not mark.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(1.5)  # the stand-in's save: a second SIGINT would land here
+    time.sleep(0.8)  # the stand-in's save: a second SIGINT (0.2 s polls) would land here
     assert mark.read_text() == "sigint\n"
 
 

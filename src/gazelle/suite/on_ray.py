@@ -99,7 +99,7 @@ def run_task(spec: SuiteSpec, pair: Pair, marker: str) -> dict[str, Any]:
         # why: Ray leaves CUDA_VISIBLE_DEVICES as it is for a task given no GPU; a run on
         # --device auto would then take a GPU that another task holds
         env["CUDA_VISIBLE_DEVICES"] = ""
-    status = runner.run_pair(spec, pair, where=where, env=env, sigterm=False)
+    status = runner.run_pair(spec, pair, where=where, env=env, signals=False)
     return {"status": status, **where}
 
 
@@ -160,8 +160,8 @@ def _run_tasks(
         print(f"gazelle suite: {label}: queued as a Ray task (console: {pair.log_path})")
     pending, checked = list(refs), False
     try:
-        # why: the driver's SIGTERM cancels the tasks as Ctrl-C does (each run saves)
-        with runner._sigterm_as_interrupt():
+        # why: SIGTERM or SIGINT of the driver cancels the tasks as Ctrl-C does (runs save)
+        with runner.signals_as_interrupt():
             while pending:
                 # why: bounded, so that Ctrl-C and SIGTERM are seen within WAIT_S
                 ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_S)

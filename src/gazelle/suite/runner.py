@@ -71,11 +71,12 @@ def _tail(path: Path, size: int = 4096) -> str:
 
 
 @contextmanager
-def _sigterm_as_interrupt(active: bool = True) -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt inside, so a `kill` of the suite stops its run as
-    Ctrl-C does (the run saves its checkpoint) instead of orphaning it. `active` False: a
-    no-op (a Ray task: signals are its worker's, and Ray cancels a task with
-    KeyboardInterrupt itself)."""
+def signals_as_interrupt(active: bool = True) -> Iterator[None]:
+    """SIGTERM and SIGINT raise KeyboardInterrupt inside, so a `kill` of the suite stops its
+    runs as Ctrl-C does (each saves its checkpoint) instead of orphaning them; SIGINT too,
+    because a suite started in the background by a script (`cmd &`) inherits SIGINT as
+    ignored. `active` False: a no-op (a Ray task: the signals are its worker's, and Ray
+    cancels a task with KeyboardInterrupt itself)."""
     if not active:
         yield
         return
@@ -83,11 +84,14 @@ def _sigterm_as_interrupt(active: bool = True) -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in previous:
+        signal.signal(sig, interrupt)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -109,12 +113,13 @@ def run_pair(
     *,
     where: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
-    sigterm: bool = True,
+    signals: bool = True,
 ) -> str:
     """Run (or resume) one pair to its budget; returns its new status. KeyboardInterrupt
     (Ctrl-C or SIGTERM of the suite, or Ray cancelling the task) stops the run, marks it
     `interrupted` and propagates. `where` (what ran it) goes into the status file beside
-    this host's name; `env`: the run's environment (default: this process's)."""
+    this host's name; `env`: the run's environment (default: this process's); `signals`
+    False: this process's signal handlers are left alone (a Ray task)."""
     pair.logdir.parent.mkdir(parents=True, exist_ok=True)
     command = command_line(spec, pair)
     attempts = int(read_status(pair).get("attempts", 0)) + 1
@@ -155,7 +160,7 @@ def run_pair(
         )
         write_status(pair, where={**read_status(pair)["where"], "run_pid": process.pid})
         try:
-            with _sigterm_as_interrupt(sigterm):
+            with signals_as_interrupt(signals):
                 while process.poll() is None:
                     time.sleep(POLL_S if deadline is not None else 0.2)
                     if deadline is not None and trained_s(pair.logdir) >= deadline:
