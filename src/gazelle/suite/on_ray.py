@@ -15,7 +15,9 @@ Where the files live: a task runs its pair with the logdir under OUT, as the loc
 does, so OUT must be the same folder on every node: this machine's on a one-machine
 cluster, a shared filesystem mounted at the same path on a multi-machine one. Each task
 first checks that it sees OUT (a marker file the driver writes, with a new name each pass);
-a node that does not see it stops the suite with one line naming OUT and the node.
+a node that does not see it stops the suite with one line naming OUT and the node. The
+driver removes the marker to stop the pass (Ctrl-C, SIGTERM): each task then stops its
+run as Ctrl-C would (it saves; status `interrupted`).
 """
 
 from __future__ import annotations
@@ -92,14 +94,22 @@ def run_task(spec: SuiteSpec, pair: Pair, marker: str) -> dict[str, Any]:
         "ray_task": context.get_task_id(),
         "ray_worker_pid": os.getpid(),
     }
-    if not (spec.out / marker).is_file():
+    seen = spec.out / marker
+    if not seen.is_file():
         return {"status": NOT_VISIBLE, "host": socket.gethostname(), **where}
     env = dict(os.environ)
     if not context.get_accelerator_ids().get("GPU"):
         # why: Ray leaves CUDA_VISIBLE_DEVICES as it is for a task given no GPU; a run on
         # --device auto would then take a GPU that another task holds
         env["CUDA_VISIBLE_DEVICES"] = ""
-    status = runner.run_pair(spec, pair, where=where, env=env, signals=False)
+    try:
+        # why: the driver removes the marker to stop the pass (Ctrl-C): the run then stops as
+        # on Ctrl-C (it saves) within a poll; Ray's own cancel did not reach a running task
+        status = runner.run_pair(
+            spec, pair, where=where, env=env, signals=False, should_stop=lambda: not seen.exists()
+        )
+    except KeyboardInterrupt:
+        status = "interrupted"
     return {"status": status, **where}
 
 
@@ -171,7 +181,7 @@ def _run_tasks(
                     cluster.after_start()  # why: a private instance's workers listen now
                     checked = True
     except BaseException:
-        _cancel(ray, pending)
+        _cancel(ray, pending, marker)
         raise
 
 
@@ -204,10 +214,12 @@ def _finish(
     counts[result["status"]] = counts.get(result["status"], 0) + 1
 
 
-def _cancel(ray: Any, pending: list[Any]) -> None:
-    """Cancel the tasks still pending: a queued one never starts; a running one gets
-    KeyboardInterrupt, so `run_pair` stops its run (SIGINT: it saves) and marks it
-    interrupted. Waits for them at most `CANCEL_TIMEOUT_S`."""
+def _cancel(ray: Any, pending: list[Any], marker: Path) -> None:
+    """Stop the tasks still pending: the marker removed, a running one stops its run as
+    Ctrl-C would (it saves) and marks it interrupted; a queued one is cancelled (if it
+    starts all the same, it finds no marker and runs nothing). Waits for them at most
+    `CANCEL_TIMEOUT_S`."""
+    marker.unlink(missing_ok=True)
     for ref in pending:
         ray.cancel(ref)
     if pending:

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,12 +114,14 @@ def run_pair(
     where: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     signals: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> str:
     """Run (or resume) one pair to its budget; returns its new status. KeyboardInterrupt
     (Ctrl-C or SIGTERM of the suite, or Ray cancelling the task) stops the run, marks it
     `interrupted` and propagates. `where` (what ran it) goes into the status file beside
     this host's name; `env`: the run's environment (default: this process's); `signals`
-    False: this process's signal handlers are left alone (a Ray task)."""
+    False: this process's signal handlers are left alone (a Ray task); `should_stop`, asked
+    at each poll, True: stop as on KeyboardInterrupt (a Ray task whose suite stopped)."""
     pair.logdir.parent.mkdir(parents=True, exist_ok=True)
     command = command_line(spec, pair)
     attempts = int(read_status(pair).get("attempts", 0)) + 1
@@ -163,6 +165,8 @@ def run_pair(
             with signals_as_interrupt(signals):
                 while process.poll() is None:
                     time.sleep(POLL_S if deadline is not None else 0.2)
+                    if should_stop is not None and should_stop():
+                        raise KeyboardInterrupt("the suite stopped")
                     if deadline is not None and trained_s(pair.logdir) >= deadline:
                         stopped_at_budget = True
                         _stop(process)
