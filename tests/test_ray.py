@@ -425,3 +425,110 @@ def _cartpole_made_here(**kwargs):
     import gymnasium
 
     return gymnasium.make("CartPole-v1", **kwargs)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie nobody reaped yet counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_suite_on_ray_runs_side_by_side_as_tasks_and_a_dead_task_fails_alone(
+    cluster, tmp_path, capsys
+):
+    """`gazelle suite --suite-backend ray` joined to the two-node cluster: its two runs (a
+    minutes budget of 0.1: each stopped with SIGINT at 6 s of training) are Ray tasks of
+    --num-actors + 1 = 2 CPUs, one per node, at the same time. One task's Ray worker is
+    killed mid-run: that run alone is reported failed, and its guard gave it SIGINT, so it
+    saved a checkpoint and exited; the other run finishes at its budget. The report reads
+    the files the local path writes, and a second pass runs nothing (one run done, one
+    failed: neither run again)."""
+    import threading
+
+    from gazelle.suite import SuiteSpec, run_suite, write_report
+    from gazelle.suite.pairs import command_line, pairs, read_rows, read_status
+
+    spec = SuiteSpec(
+        name="CartPole-v1", games=("CartPole-v1",), seeds=(1, 2), frames=None, minutes=0.1,
+        out=tmp_path / "suite", train_args=("--num-actors", "1", "--log-interval-s", "0.5"),
+        scores={"CartPole-v1": (22.0, 500.0)}, backend="ray", run_cpus=2.0,
+    )  # fmt: skip
+    one, two = pairs(spec)
+    killed: list[int] = []
+
+    def kill_the_worker_of_seed_2() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            worker = read_status(two).get("where", {}).get("ray_worker_pid")
+            if worker and read_rows(two.logdir):  # training: its SIGINT handler is set
+                os.kill(worker, signal.SIGKILL)
+                killed.append(worker)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_worker_of_seed_2, daemon=True)
+    killer.start()
+    counts = run_suite(spec)
+    killer.join(timeout=1)
+    said = capsys.readouterr().out
+    assert killed, "seed 2's run never started training"
+    assert counts == {"done": 1, "failed": 1}, (counts, said)
+    assert "2 runs as Ray tasks of 2 CPUs and 0 GPUs each, 2 at once on the cluster" in said
+    first, second = read_status(one), read_status(two)
+    # each a Ray task in a Ray worker of its own node, both at the same time
+    assert first["where"]["ray_task"] != second["where"]["ray_task"]
+    assert os.getpid() not in (first["where"]["ray_worker_pid"], killed[0])
+    assert second["where"]["ray_worker_pid"] == killed[0]
+    assert first["where"]["ray_node_id"] != second["where"]["ray_node_id"]
+    assert first["started_at"] < second["ended_at"] and second["started_at"] < first["ended_at"]
+    # the minutes budget: stopped with SIGINT once a row said 6 s of training, and done
+    assert first["status"] == "done" and first["returncode"] == 0
+    assert 6.0 <= read_rows(one.logdir)[-1]["time"] < 60.0
+    assert second["status"] == "failed", second
+    assert "its Ray task died (WorkerCrashedError" in second["error"]
+    deadline = time.monotonic() + 60  # why: its guard's SIGINT makes it save, then exit
+    while not _gone(second["where"]["run_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(second["where"]["run_pid"]), "the dead task's run was left running"
+    log = two.log_path.read_text()
+    assert log.count("gazelle: interrupted; saving a checkpoint") == 1, log
+    assert "\ndone: " in log and (two.logdir / "checkpoint.pt").is_file()  # saved: resumable
+    report = write_report(spec, "gazelle suite ...", figure=False)
+    for run, pair in zip(report["runs"], (one, two)):  # the local path's commands and files
+        assert run["command"] == command_line(spec, pair) == read_status(pair)["command"]
+        assert run["command"].endswith("# stopped (SIGINT) after 0.1 minutes of training")
+        assert run["logdir"] == str(spec.out / "CartPole-v1" / f"seed-{pair.seed}")
+    assert report["per_game"]["CartPole-v1"]["not_scored"] == {"2": "failed"}
+    assert report["aggregate"]["games"] == ["CartPole-v1"] and report["aggregate"]["runs"] == 1
+    assert (spec.out / "report.md").is_file()
+    assert not list(spec.out.glob(".visible-*"))  # the driver's marker is removed
+
+    logs = [pair.log_path.read_bytes() for pair in (one, two)]
+    assert run_suite(spec) == {"skipped": 2}  # done, and failed (no --retry-failed)
+    assert [pair.log_path.read_bytes() for pair in (one, two)] == logs
+    assert read_status(two)["where"]["ray_task"] == second["where"]["ray_task"]
+
+
+def test_a_node_that_does_not_see_the_suite_folder_stops_the_suite_naming_both(cluster, tmp_path):
+    """A task whose node does not see the driver's marker in OUT (a node with its own
+    folder at that path: OUT not on a shared filesystem) runs nothing, and the driver stops
+    the suite with one line naming OUT and the node."""
+    from gazelle.errors import RunError
+    from gazelle.suite import SuiteSpec
+    from gazelle.suite.on_ray import _finish, run_task
+    from gazelle.suite.pairs import pairs
+
+    spec = SuiteSpec(
+        name="CartPole-v1", games=("CartPole-v1",), seeds=(1,), frames=100, minutes=None,
+        out=tmp_path, backend="ray",
+    )  # fmt: skip
+    pair = pairs(spec)[0]
+    ref = ray.remote(run_task).options(num_cpus=0.1).remote(spec, pair, ".visible-elsewhere")
+    with pytest.raises(RunError) as error:
+        _finish(ray, spec, ref, "[1/1]", pair, {})
+    said = str(error.value)
+    assert f"the suite's directory {tmp_path} is not visible from Ray node 127.0.0.1" in said
+    assert "\n" not in said and "docs/suite.md" in said
+    assert not pair.status_path.exists() and not pair.logdir.exists()  # nothing ran

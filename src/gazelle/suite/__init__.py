@@ -2,13 +2,15 @@
 report of it that users can cite (per game spread, thresholds, human-normalised scores;
 median and IQM with stratified-bootstrap intervals; curves).
 
-`spec` reads the suite from the flags, `runner` runs each (game, seed) as an ordinary
-`gazelle train` process, one after another, resumably, `report` reads the runs' own files
-into report.json and report.md, and `stats` holds the aggregate numerics.
+`spec` and `flags` read the suite from the flags, `dispatch` picks the (game, seed) pairs
+that still need a run (resumably) and runs them one after another here or as Ray tasks
+(`on_ray`), `runner` runs one as an ordinary `gazelle train` process, `pairs` holds each
+pair's files, `report` reads them into report.json and report.md, and `stats` holds the
+aggregate numerics.
 """
 
+from gazelle.suite.dispatch import run_suite
 from gazelle.suite.report import write_report
-from gazelle.suite.runner import run_suite
 from gazelle.suite.spec import SUITES, SuiteSpec, parse_games, parse_thresholds, read_scores
 from gazelle.suite.stats import iqm, median_of_means, stratified_bootstrap_ci
 

@@ -20,7 +20,7 @@ import numpy as np
 from gazelle.envs.scores import ATARI57, DMLAB30
 from gazelle.logging import RETURN_WINDOW
 from gazelle.suite import stats
-from gazelle.suite.runner import Pair, command_line, pairs, read_rows, read_status
+from gazelle.suite.pairs import Pair, command_line, pairs, read_rows, read_status
 from gazelle.suite.spec import SuiteSpec
 
 #: Bootstrap replicates and generator seed of the suite's confidence intervals.

@@ -53,6 +53,16 @@ class SuiteSpec:
     scores: Mapping[str, tuple[float, float]] | None = None
     #: run again the runs that failed (by default a failed run stays failed in the report)
     retry_failed: bool = False
+    #: where the runs go: "local" (one after another here) or "ray" (Ray tasks, side by side)
+    backend: str = "local"
+    #: the Ray cluster to join (`--suite-ray-address`); None: a private Ray instance here
+    ray_address: str | None = None
+    #: join a Ray cluster that answers clients without a token (`--suite-ray-allow-tokenless`)
+    ray_allow_tokenless: bool = False
+    #: CPUs each run's Ray task asks for; None: a whole node (the largest node's CPUs)
+    run_cpus: float | None = None
+    #: GPUs each run's Ray task asks for; None: 1 when the cluster has a GPU, else 0
+    run_gpus: float | None = None
 
 
 def parse_games(value: str) -> tuple[str, ...]:
