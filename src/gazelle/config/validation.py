@@ -103,6 +103,8 @@ def validate(config: Config) -> Config:
     check.positive("max_nonfinite_updates")
     check.positive("actor_timeout_s", integer=False)
     check.positive("batch_timeout_s", integer=False)
+    check.positive("learners")
+    check.positive("learner_timeout_s", integer=False)
     check.in_range("inference_max_wait_ms", 0.0, 10_000.0)
     check.positive("inference_max_batch", allow_none=True)
     max_batch, envs = config.actors.inference_max_batch, config.actors.envs_per_actor
