@@ -7,6 +7,11 @@ naming itself; and the checks of the flag."""
 from __future__ import annotations
 
 import copy
+import os
+import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +21,10 @@ import gazelle.algorithms.appo.loop as appo_loop
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.impala import ranks
 from gazelle.algorithms.impala.build import make_learner, new_agent, vtrace_loss
+from gazelle.algorithms.impala.loop import learner_faults
 from gazelle.algorithms.impala.passes import train_on_batch
-from gazelle.config import Config
+from gazelle.backends.collective import LearnerLost
+from gazelle.config import Config, ConfigError, validate
 
 T, B = 5, 8
 
@@ -113,3 +120,139 @@ def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(tmp_
     finally:
         learners.close()
         torch.set_num_threads(threads)
+
+
+def learner_pid(parent: int, rank: int) -> int | None:
+    """The pid of learner `rank` among `parent`'s children (named by `name_process`)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and name == f"gazelle-learn{rank}":
+            return int(entry)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the learner through /proc")
+def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resumes(tmp_path):
+    """`gazelle train --learners 2` trains and checkpoints; SIGKILL of learner 1 ends it
+    within a bounded time with one line naming it; its checkpoint resumes with one learner."""
+    from gazelle import api
+    from gazelle.algorithms.runstate import CHECKPOINT_FILE
+    from gazelle.plot.runs import read_rows
+
+    logdir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--learners", "2", "--num-actors", "1",
+             "--batch-size", "4", "--unroll-length", "20", "--total-frames", "10000000",
+             "--checkpoint-interval-s", "1", "--log-interval-s", "0.5", "--logdir",
+             str(logdir), "--quiet", "--seed", "3"]  # fmt: skip
+    out = tmp_path / "out.txt"
+    with open(out, "w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gazelle.cli", "train", *flags], stdout=sink, stderr=sink
+        )
+    try:
+        deadline = time.monotonic() + 90
+        frames, pid = 0, None
+        progress = logdir / "progress.jsonl"
+        # why: a few thousand frames trained by both learners and a checkpoint on disk first
+        while frames < 2000 or not (logdir / CHECKPOINT_FILE).exists() or pid is None:
+            assert process.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+            rows = read_rows(progress) if progress.exists() else []
+            frames = int(rows[-1]["frames"]) if rows else 0
+            pid = pid or learner_pid(process.pid, 1)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        # why: bounded: the step's all-reduce fails at once on the closed connection, or
+        # the loop's check sees the exit within a second while it waits for a batch.
+        code = process.wait(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = out.read_text()
+    reason = f"learner 1 (pid {pid}) was killed by SIGKILL; the run stops"
+    assert code == 1 and took < 30, text
+    assert [line for line in text.splitlines() if reason in line], text
+    assert "Traceback" not in text
+    saved = read_rows(logdir / "progress.jsonl")[-1]["frames"]
+    # a different number of learners resumes the checkpoint the killed run left
+    result = api.train(logdir=str(logdir), total_frames=saved + 200, learners=1, quiet=True)
+    assert result.frames >= saved + 200 and result.updates > 0
+
+
+def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_path):
+    """A stopped learner (SIGSTOP: alive, its connections open) cannot close anything; only
+    the group's timeout ends rank 0's wait, and the reason names the learner."""
+    config, found = resolved(tmp_path, learner_timeout_s=2.0)
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    agent = new_agent(config, found.obs_spec, 1, cpu)
+    learners = ranks.start(config, found, cpu)
+    stopped = None
+    try:
+        learner = make_learner(config, agent, cpu, collective=learners.collective)
+        ranks.send_start(learners.collective, agent, learner.optimizer)
+        run = SimpleNamespace(learners=learners, **vars(view(config, learner)))
+        train_on_batch(run, make_batch(agent, seed=0), 0.01)  # both learners answer
+        stopped = learner_pid(os.getpid(), 1)
+        assert stopped is not None
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(LearnerLost) as caught, learner_faults(run):
+            train_on_batch(run, make_batch(agent, seed=1), 0.01)
+        assert time.monotonic() - start < 2.0 + 5.0
+        assert f"learner 1 (pid {stopped}) is stopped" in str(caught.value)
+        assert "\n" not in str(caught.value)
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        learners.close(timeout=1.0)
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag", "names"),
+    [
+        ({"learners": 0}, "--learners", ["0", "a positive integer"]),
+        ({"learners": 3, "batch_size": 32}, "--batch-size", ["32", "--learners (3"]),
+        ({"algo": "appo", "learners": 2, "batch_size": 12, "minibatches": 4}, "--minibatches",
+         ["3 unrolls", "--learners (2)"]),
+        ({"algo": "a3c", "learners": 2}, "--learners", ["its workers", "--num-actors"]),
+        ({"learners": 2, "max_policy_lag": 3}, "--max-policy-lag", ["--learners 2"]),
+        ({"learner_timeout_s": 0}, "--learner-timeout-s", ["a positive number"]),
+    ],
+)  # fmt: skip
+def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag, names):
+    with pytest.raises(ConfigError) as caught:
+        validate(Config.from_flat({"env": "CartPole-v1", **flags}))
+    message = str(caught.value)
+    assert message.startswith(flag + ":"), message
+    for name in names:
+        assert name in message, message
+
+
+def test_one_learner_makes_no_process_group(tmp_path):
+    """The default (`--learners 1`) starts nothing and steps as before: no collective."""
+    import torch.distributed as dist
+
+    from gazelle.algorithms.impala.build import build
+
+    config = Config.from_flat(
+        {"env": "CartPole-v1", "num_actors": 1, "batch_size": 4, "logdir": str(tmp_path)}
+    )
+    run = build(config)
+    try:
+        assert run.learners is None and run.learner.collective is None
+        assert not dist.is_initialized()
+    finally:
+        run.transport.fleet.close()

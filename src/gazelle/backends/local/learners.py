@@ -5,8 +5,10 @@ sockets listen on 127.0.0.1 only (`gazelle.backends.collective`, docs/distribute
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -30,6 +32,16 @@ from gazelle.runtime.interfaces import Work
 LOOPBACK = "127.0.0.1"
 #: The store key a learner sets once it is up (before the group forms).
 READY_KEY = "gazelle/ready/{}"
+#: `prctl` option: set the calling thread's name, the process's in `ps` (linux/prctl.h).
+PR_SET_NAME = 15
+
+
+def name_process(name: str) -> None:
+    """Show this process as `name` in `ps`, `top` and `/proc/<pid>/comm` (Linux; at most 15
+    bytes), so a user (or a test) can tell learner r from the actors."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def rank_device(device: torch.device, rank: int) -> torch.device:
@@ -52,6 +64,7 @@ def learner_main(
     work: Work, settings: Any, parent_pid: int,
 ) -> None:  # fmt: skip
     """A learner process: join rank 0's group, then `work(collective, settings)`."""
+    name_process(f"gazelle-learn{rank}")
     store = client_store(LOOPBACK, port, size, timeout_s)
     store.set(READY_KEY.format(rank), "1")
     # why: the kernel kills this process when the trainer goes (`child_main`), but a
@@ -108,6 +121,14 @@ class LocalLearners:
             lines.append(f"learner {rank} (pid {process.pid}) {how}")
         return lines
 
+    def _stopped(self) -> list[str]:
+        """`learner r (pid p) is stopped` for each learner stopped by a signal (SIGSTOP)."""
+        return [
+            f"learner {rank} (pid {process.pid}) is stopped"
+            for rank, process in enumerate(self.processes, start=1)
+            if _state(process.pid) in ("T", "t")
+        ]
+
     def check(self) -> None:
         dead = self._dead()
         if dead:
@@ -120,16 +141,17 @@ class LocalLearners:
             return None  # why: an error of the step itself (a bug), not of the learners
         # why: a peer's death breaks the call at once, but its exit status may lag behind
         # the closed socket by a moment.
-        deadline = time.monotonic() + 2.0
-        while not self._dead() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 1.0
+        while not self._dead() and not self._stopped() and time.monotonic() < deadline:
             time.sleep(0.05)
         dead = self._dead()
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         if dead:
             return LearnerLost(f"{'; '.join(dead)}; the run stops ({first})")
+        who = "; ".join(self._stopped()) or "every learner is alive, one did not answer"
         return LearnerLost(
-            f"the learners' collective call failed, every learner alive (one may be stopped "
-            f"or hung; --learner-timeout-s {self.timeout_s:g}): {first}; the run stops"
+            f"{who}: a collective call failed after at most --learner-timeout-s "
+            f"{self.timeout_s:g} ({first}); the run stops"
         )
 
     def close(self, timeout: float = 10.0) -> None:
@@ -146,6 +168,15 @@ class LocalLearners:
             if process.is_alive():
                 kill_group(process.pid)
             process.join(1.0)
+
+
+def _state(pid: int | None) -> str:
+    """A process's state letter from /proc (T: stopped); "" where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _collective_failure(err: BaseException) -> bool:
