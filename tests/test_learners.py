@@ -256,3 +256,11 @@ def test_one_learner_makes_no_process_group(tmp_path):
         assert not dist.is_initialized()
     finally:
         run.transport.fleet.close()
+
+
+def test_a_run_saved_before_the_flag_reads_as_one_learner():
+    from gazelle.algorithms.runstate import saved_config
+
+    data = Config.from_flat({"env": "CartPole-v1", "learners": 2}).to_dict()
+    del data["run"]["learners"], data["run"]["learner_timeout_s"]
+    assert saved_config(data).run.learners == 1
