@@ -230,6 +230,7 @@ def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_pat
         ({"algo": "a3c", "learners": 2}, "--learners", ["its workers", "--num-actors"]),
         ({"learners": 2, "max_policy_lag": 3}, "--max-policy-lag", ["--learners 2"]),
         ({"learner_timeout_s": 0}, "--learner-timeout-s", ["a positive number"]),
+        ({"learners": 2, "backend": "ray"}, "--learners", ["--backend ray", "--backend local"]),
     ],
 )  # fmt: skip
 def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag, names):
