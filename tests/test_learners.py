@@ -21,7 +21,6 @@ import gazelle.algorithms.appo.loop as appo_loop
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.impala import ranks
 from gazelle.algorithms.impala.build import make_learner, new_agent, vtrace_loss
-from gazelle.algorithms.impala.loop import learner_faults
 from gazelle.algorithms.impala.passes import train_on_batch
 from gazelle.backends.collective import LearnerLost
 from gazelle.config import Config, ConfigError, validate
@@ -109,7 +108,9 @@ def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(tmp_
             torch.manual_seed(100 + k)
             got = train_on_batch(two, batch, 0.01)
             assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == 0.0
-            torch.testing.assert_close(got["losses/grad_norm"], want["losses/grad_norm"])
+            # the logged metrics read as one learner's: summed losses, the batch's norm
+            for name in ("losses/grad_norm", "losses/total", "losses/baseline"):
+                assert got[name] == pytest.approx(float(want[name]), rel=1e-4), name
         want_state, got_state = one_agent.state_dict(), two_agent.state_dict()
         for name, value in want_state.items():
             torch.testing.assert_close(got_state[name], value, rtol=1e-5, atol=1e-6)
@@ -208,7 +209,7 @@ def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_pat
         assert stopped is not None
         os.kill(stopped, signal.SIGSTOP)
         start = time.monotonic()
-        with pytest.raises(LearnerLost) as caught, learner_faults(run):
+        with pytest.raises(LearnerLost) as caught, ranks.learner_faults(run):
             train_on_batch(run, make_batch(agent, seed=1), 0.01)
         assert time.monotonic() - start < 2.0 + 5.0
         assert f"learner 1 (pid {stopped}) is stopped" in str(caught.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +13,12 @@ import torch
 
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.algorithms.impala.passes import reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
 from gazelle.backends import BackendRequest, Learners, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
-from gazelle.models.value import Reduce
 from gazelle.optim import make_optimizer, param_groups
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.allocator import keep_freed_memory
@@ -119,19 +118,6 @@ def with_popart(config: Config, loss: Any) -> LossFn:
 def vtrace_loss(config: Config) -> LossFn:
     """IMPALA's V-trace actor-critic loss with the config's settings."""
     return with_popart(config, functools.partial(impala_loss, settings=loss_settings(config)))
-
-
-def reducing(loss_fn: Any, reduce: Reduce) -> LossFn:
-    """`loss_fn` with the batch's statistics summed over the learners (`--learners N`): a
-    loss taking `reduce` (IMPALA's, APPO's), inside PopArt's statistics too; a loss that
-    takes none (a user's) is returned as it is, its statistics its own share's."""
-    if isinstance(loss_fn, PopArtLoss):
-        return PopArtLoss(reducing(loss_fn.loss, reduce), loss_fn.rate, reduce)
-    try:
-        takes = "reduce" in inspect.signature(loss_fn).parameters
-    except (TypeError, ValueError):
-        takes = False
-    return functools.partial(loss_fn, reduce=reduce) if takes else loss_fn
 
 
 def make_learner(

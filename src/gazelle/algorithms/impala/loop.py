@@ -4,12 +4,11 @@ transport (the backend's `Transport`)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from gazelle.algorithms import runlock
 from gazelle.algorithms.impala import ranks
 from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
-from gazelle.algorithms.impala.passes import select_unrolls, train_on_batch
+from gazelle.algorithms.impala.passes import drop_stale, select_unrolls, train_on_batch
 from gazelle.algorithms.impala.report import (
     console_extras,
     describe,
@@ -51,18 +50,6 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
-    """Drop unrolls whose policy is more than `max_lag` updates old (None keeps all)."""
-    if max_lag is None:
-        return batch
-    keep = (version - batch["policy_version"]) <= max_lag
-    if bool(keep.all()):
-        return batch
-    if not bool(keep.any()):
-        return None
-    return select_unrolls(batch, keep.nonzero().squeeze(1))
-
-
 def train(
     config: Config,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
@@ -92,10 +79,10 @@ def train(
         if run.learners is not None:
             # why: after the restore, so that a resume with any --learners starts every
             # learner from the checkpoint (only rank 0 reads and writes it).
-            with learner_faults(run):
+            with ranks.learner_faults(run):
                 ranks.send_start(run.learners.collective, run.agent, run.optimizer)
     except BaseException:
-        close_learners(run, timeout=1.0)
+        ranks.close_learners(run, timeout=1.0)
         raise
     logger = open_run_logger(
         cfg, total_frames=run.total_frames, resume_frames=counters["frames"] or None
@@ -129,7 +116,7 @@ def train(
     finally:
         if not prefetcher.close():
             print("gazelle: the learner's prefetch thread did not stop within 10 s", flush=True)
-        close_learners(run)
+        ranks.close_learners(run)
         transport.fleet.close()
         # why: the events actors sent while the loop ended still carry finished episodes.
         telemetry.consume(transport.fleet.poll(), state.frames)
@@ -227,7 +214,7 @@ def _loop(
         t1 = time.perf_counter()
         timings.add("learner_wait", t1 - t0)
         lag = state.updates - batch["policy_version"]
-        kept = _drop_stale(batch, state.updates, cfg.algorithm.max_policy_lag)
+        kept = drop_stale(batch, state.updates, cfg.algorithm.max_policy_lag)
         state.stale_unrolls += int(lag.numel()) - (
             0 if kept is None else int(kept["policy_version"].numel())
         )
@@ -235,7 +222,7 @@ def _loop(
         if kept is None:
             continue
         lr = state.schedule(state.frames)
-        with learner_faults(run):
+        with ranks.learner_faults(run):
             metrics = train_on_batch(run, kept, lr)
         state.frames += frames_per_unroll * int(kept["policy_version"].numel())
         if metrics["learner/skipped"]:
@@ -279,27 +266,6 @@ def _loop(
             )
             last_ckpt = now
     return state.frames if logger.reached(target) else None
-
-
-@contextlib.contextmanager
-def learner_faults(run: ImpalaRun) -> Iterator[None]:
-    """A collective call of `--learners N` that fails inside (a learner died, or did not
-    answer within --learner-timeout-s) becomes the backend's one-line `LearnerLost`, naming
-    the learner; any other error passes unchanged."""
-    try:
-        yield
-    except Exception as err:
-        lost = run.learners.lost(err) if run.learners is not None else None
-        if lost is None:
-            raise
-        raise lost from err
-
-
-def close_learners(run: ImpalaRun, timeout: float = 10.0) -> None:
-    """Stop ranks 1..N-1 (bounded); never raises (see `stops.warn_on_error`)."""
-    if run.learners is not None:
-        learners = run.learners
-        warn_on_error("stopping the learners", lambda: learners.close(timeout))
 
 
 def warn(line: str) -> None:

@@ -6,14 +6,18 @@ on the whole step's unrolls."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Protocol
 
 import torch
 
 from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, policy_logits_of
+from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.backends.local.layout import is_per_unroll
+from gazelle.models.value import Reduce
 from gazelle.runtime.interfaces import Collective
-from gazelle.runtime.learner import Learner
+from gazelle.runtime.learner import Learner, LossFn
 
 
 class Passes(Protocol):
@@ -28,6 +32,19 @@ class Passes(Protocol):
     def anchor_at_learner(self) -> bool: ...
 
 
+def reducing(loss_fn: Any, reduce: Reduce) -> LossFn:
+    """`loss_fn` with the batch's statistics summed over the learners (`--learners N`): a
+    loss taking `reduce` (IMPALA's, APPO's), inside PopArt's statistics too; a loss that
+    takes none (a user's) is returned as it is, its statistics its own share's."""
+    if isinstance(loss_fn, PopArtLoss):
+        return PopArtLoss(reducing(loss_fn.loss, reduce), loss_fn.rate, reduce)
+    try:
+        takes = "reduce" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return functools.partial(loss_fn, reduce=reduce) if takes else loss_fn
+
+
 def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
     """The unrolls `index` (`[b]` integers) of a batch, every field."""
     out = {}
@@ -36,6 +53,18 @@ def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[
         dim = 0 if is_per_unroll(name) else 1
         out[name] = value.index_select(dim, index.to(value.device))
     return out
+
+
+def drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
+    """Drop unrolls whose policy is more than `max_lag` updates old (None keeps all)."""
+    if max_lag is None:
+        return batch
+    keep = (version - batch["policy_version"]) <= max_lag
+    if bool(keep.all()):
+        return batch
+    if not bool(keep.any()):
+        return None
+    return select_unrolls(batch, keep.nonzero().squeeze(1))
 
 
 def train_on_batch(run: Passes, batch: dict[str, torch.Tensor], learning_rate: float) -> Any:
@@ -87,14 +116,36 @@ def passes(
             # shares are equal and none is empty (every learner joins every sum).
             mine = minibatch if group is None else minibatch.chunk(group.size)[group.rank]
             steps.append(run.learner.step(select_unrolls(batch, mine), learning_rate))
-    if len(steps) == 1:
-        return steps[0]
-    merged: dict[str, Any] = {}
-    for name in steps[0]:
-        values = [step[name] for step in steps if name in step]
-        merged[name] = sum(values) / len(values)
-    merged["learner/skipped"] = float(any(step["learner/skipped"] for step in steps))
-    return merged
+    merged = steps[0]
+    if len(steps) > 1:
+        merged = {}
+        for name in steps[0]:
+            values = [step[name] for step in steps if name in step]
+            merged[name] = sum(values) / len(values)
+        merged["learner/skipped"] = float(any(step["learner/skipped"] for step in steps))
+    return merged if group is None else over_learners(group, merged)
+
+
+def over_learners(group: Collective, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A batch's metrics over the learners, as one learner's on the whole batch would read:
+    the losses (`losses/*`, sums over the unrolls) summed, every other metric the mean of
+    the learners' (the same number where it is already the batch's: the gradient norm, the
+    layers' update ratios; the mean of the shares' otherwise, e.g. explained variance).
+
+    why: one call per batch; every learner ran the same code on the same agent, so the
+    same names, in the same (sorted) order."""
+    names = sorted(metrics)
+    values = torch.stack(
+        [torch.as_tensor(metrics[name], dtype=torch.float64).reshape(()).cpu() for name in names]
+    ).to(group.device)
+    group.all_reduce_sum(values)
+    summed = dict(zip(names, values.cpu().tolist(), strict=True))
+    return {name: value if _is_sum(name) else value / group.size for name, value in summed.items()}
+
+
+def _is_sum(name: str) -> bool:
+    """A metric that is a sum over the batch's unrolls (the loss terms)."""
+    return name.startswith("losses/") and name != "losses/grad_norm"
 
 
 def share(

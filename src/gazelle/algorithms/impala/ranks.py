@@ -9,8 +9,10 @@ with the same optimiser and learning rate (`runtime.learner.Learner`)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,12 +24,16 @@ from gazelle.algorithms.impala.build import (
     vtrace_loss,
 )
 from gazelle.algorithms.impala.passes import passes, receive
+from gazelle.algorithms.stops import warn_on_error
 from gazelle.backends import LearnerRequest, Learners, build_learners
 from gazelle.config import Config
 from gazelle.runtime.allocator import keep_freed_memory
 from gazelle.runtime.interfaces import Collective
 from gazelle.runtime.learner import Learner, LossFn
 from gazelle.types import ObsSpec
+
+if TYPE_CHECKING:
+    from gazelle.algorithms.impala.build import ImpalaRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,3 +125,24 @@ def _to_cpu(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_to_cpu(v) for v in value)
     return value
+
+
+@contextlib.contextmanager
+def learner_faults(run: ImpalaRun) -> Iterator[None]:
+    """A collective call of `--learners N` that fails inside (a learner died, or did not
+    answer within --learner-timeout-s) becomes the backend's one-line `LearnerLost`, naming
+    the learner; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as err:
+        lost = run.learners.lost(err) if run.learners is not None else None
+        if lost is None:
+            raise
+        raise lost from err
+
+
+def close_learners(run: ImpalaRun, timeout: float = 10.0) -> None:
+    """Stop ranks 1..N-1 (bounded); never raises (see `stops.warn_on_error`)."""
+    if run.learners is not None:
+        learners = run.learners
+        warn_on_error("stopping the learners", lambda: learners.close(timeout))
