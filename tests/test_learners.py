@@ -143,10 +143,12 @@ def learner_pid(parent: int, rank: int) -> int | None:
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the learner through /proc")
 def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resumes(tmp_path):
-    """`gazelle train --learners 2` trains and checkpoints; SIGKILL of learner 1 ends it
-    within a bounded time with one line naming it; its checkpoint resumes with one learner."""
+    """`gazelle train --learners 2` (in a clean environment: no GLOO_SOCKET_IFNAME) trains,
+    listening on loopback only, and checkpoints; SIGKILL of learner 1 ends it within a
+    bounded time with one line naming it; its checkpoint resumes with one learner."""
     from gazelle import api
     from gazelle.algorithms.runstate import CHECKPOINT_FILE
+    from gazelle.backends.ray.sockets import is_loopback, tree
     from gazelle.plot.runs import read_rows
 
     logdir = tmp_path / "run"
@@ -155,9 +157,13 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
              "--checkpoint-interval-s", "1", "--log-interval-s", "0.5", "--logdir",
              str(logdir), "--quiet", "--seed", "3"]  # fmt: skip
     out = tmp_path / "out.txt"
+    env = {name: os.environ[name] for name in ("PATH", "HOME", "PYTHONPATH") if name in os.environ}
     with open(out, "w") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gazelle.cli", "train", *flags], stdout=sink, stderr=sink
+            [sys.executable, "-m", "gazelle.cli", "train", *flags],
+            stdout=sink,
+            stderr=sink,
+            env=env,
         )
     try:
         deadline = time.monotonic() + 90
@@ -171,6 +177,14 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
             rows = read_rows(progress) if progress.exists() else []
             frames = int(rows[-1]["frames"]) if rows else 0
             pid = pid or learner_pid(process.pid, 1)
+        # every socket the run listens on (store, gloo) is on loopback, as `ss` shows them
+        lines = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
+        pids = tree(process.pid)
+        listens = [
+            line.split()[3] for line in lines.splitlines() if any(f"pid={p}," in line for p in pids)
+        ]
+        assert any(f"pid={pid}," in line for line in lines.splitlines()), lines  # gloo's
+        assert listens and all(is_loopback(a.rsplit(":", 1)[0]) for a in listens), listens
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         # why: bounded: the step's all-reduce fails at once on the closed connection, or
