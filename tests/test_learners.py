@@ -280,3 +280,9 @@ def test_a_run_saved_before_the_flag_reads_as_one_learner():
     data = Config.from_flat({"env": "CartPole-v1", "learners": 2}).to_dict()
     del data["run"]["learners"], data["run"]["learner_timeout_s"]
     assert saved_config(data).run.learners == 1
+
+
+def test_a_loss_that_cannot_reach_the_other_learners_is_refused_before_any_starts(tmp_path):
+    config, found = resolved(tmp_path)
+    with pytest.raises(ValueError, match=r"--learners 2: the loss .* must be picklable"):
+        ranks.start(config, found, torch.device("cpu"), loss_fn=lambda agent, batch: None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pickle
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,14 @@ def start(
     """Start ranks 1..N-1 of a resolved config on its backend and join them as rank 0;
     the CPU's learner threads are shared among them."""
     size = config.run.learners
+    try:
+        pickle.dumps((loss_fn, make_loss))
+    except Exception as err:
+        raise ValueError(
+            f"--learners {size}: the loss ({loss_fn or make_loss!r}) must be picklable to "
+            f"reach the other learners' processes ({type(err).__name__}: {err}); allowed: a "
+            "module-level function or a picklable object, or --learners 1"
+        ) from err
     threads = max(1, torch.get_num_threads() // size)
     # why: N learners each with all of the learner's threads would oversubscribe the cores.
     torch.set_num_threads(threads)
@@ -141,8 +150,12 @@ def learner_faults(run: ImpalaRun) -> Iterator[None]:
         raise lost from err
 
 
-def close_learners(run: ImpalaRun, timeout: float = 10.0) -> None:
-    """Stop ranks 1..N-1 (bounded); never raises (see `stops.warn_on_error`)."""
+def close_learners(run: ImpalaRun, timeout: float = 2.0) -> None:
+    """Stop ranks 1..N-1; never raises (see `stops.warn_on_error`).
+
+    why: a learner waiting for the next batch leaves at once when told; one caught in a
+    step's collective call (the run ended inside a step: an error, Ctrl-C) never reads it,
+    and holds nothing to save (rank 0 checkpoints), so it is killed after `timeout`."""
     if run.learners is not None:
         learners = run.learners
         warn_on_error("stopping the learners", lambda: learners.close(timeout))
