@@ -10,6 +10,10 @@ next), whatever starts the processes and wherever the rendezvous is.
   timeout, and a member that dies breaks the others' calls at once (a closed connection).
 - Messages: rank 0 posts each batch's header in the store; the others wait for it there,
   as long as rank 0 lives (docs/distributed.md).
+- Start-up: spawning a learner and building its agent take seconds on a busy machine, far
+  more than a step's collective call; the learners' start is bounded by `START_TIMEOUT_S`
+  (or the group's timeout if longer), and a `barrier` in the store, which names the
+  learners that did not come, separates it from the steps.
 """
 
 from __future__ import annotations
@@ -30,6 +34,16 @@ from gazelle.errors import RunError
 
 #: The store key of rank 0's `k`-th message (`ProcessGroupCollective.post`).
 MESSAGE_KEY = "gazelle/message/{}"
+#: The store key of a learner's arrival at the `k`-th barrier.
+BARRIER_KEY = "gazelle/barrier/{}/{}"
+#: The least time the learners get to start and reach their first barrier (a process's
+#: spawn and torch's import on a busy machine; as the actors' start allowance).
+START_TIMEOUT_S = 120.0
+
+
+def start_timeout(timeout_s: float) -> float:
+    """The learners' start-up bound for a group whose calls time out after `timeout_s`."""
+    return max(timeout_s, START_TIMEOUT_S)
 
 
 class LearnerLost(RunError):
@@ -81,7 +95,11 @@ class ProcessGroupCollective:
         rank, size: this learner's rank and the number of learners.
         device: this learner's device (cuda: NCCL; else gloo).
         timeout_s: the longest any collective call waits for the others.
-        alive: whether rank 0 still lives (ranks > 0, while waiting for a message).
+        check: raises `LearnerLost` when a learner this one waits for is gone (rank 0: a
+            dead learner process; the others: rank 0 gone); called in every wait on the
+            store (messages, barriers).
+        gloo_interface: the network interface gloo's sockets bind (one machine: loopback);
+            None: `GLOO_SOCKET_IFNAME`, else the host name's address, as gloo decides.
     """
 
     def __init__(
@@ -91,18 +109,20 @@ class ProcessGroupCollective:
         size: int,
         device: torch.device,
         timeout_s: float,
-        alive: Callable[[], bool] = lambda: True,
+        check: Callable[[], None] = lambda: None,
+        gloo_interface: str | None = None,
     ) -> None:
         self._rank, self._size, self._device = rank, size, device
-        self._store, self._alive, self.timeout_s = store, alive, timeout_s
-        self._sent = self._received = 0
+        self._store, self._check, self.timeout_s = store, check, timeout_s
+        self._sent = self._received = self._barriers = 0
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
-        else:
+        elif gloo_interface is not None:
             # why: without it gloo binds the address the host name resolves to, which
-            # other machines may reach; one machine's learners need loopback only.
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())
+            # other machines may reach; one machine's learners need loopback only. A
+            # user's own GLOO_SOCKET_IFNAME names an address and is kept.
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", gloo_interface)
         dist.init_process_group(
             "nccl" if cuda else "gloo",
             store=store,
@@ -129,10 +149,14 @@ class ProcessGroupCollective:
     def broadcast(self, tensor: torch.Tensor) -> None:
         dist.broadcast(tensor, src=0)
 
-    def broadcast_object(self, obj: Any) -> Any:
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+    def barrier(self) -> None:
+        """Every learner waits here until all have come, at most `start_timeout` (then
+        `LearnerLost` naming the missing ones); a learner that died ends the wait at once."""
+        key = BARRIER_KEY.format(self._barriers, "{}")
+        self._barriers += 1
+        self._store.set(key.format(self._rank), "1")
+        keys = [key.format(rank) for rank in range(self._size)]
+        wait_for_keys(self._store, keys, start_timeout(self.timeout_s), self._check)
 
     def post(self, message: Any) -> None:
         """Rank 0: the next message for the others (a batch's header, or None: stop); it
@@ -152,8 +176,7 @@ class ProcessGroupCollective:
         key = MESSAGE_KEY.format(self._received)
         delay = 0.0005
         while not self._store.check([key]):
-            if not self._alive():
-                raise LearnerLost("learner 0 is gone; this learner stops")
+            self._check()
             time.sleep(delay)
             delay = min(0.01, delay * 2)
         self._received += 1
@@ -174,9 +197,9 @@ def wait_for_keys(
     while not store.check(keys):
         check()
         if time.monotonic() > deadline:
-            missing = [key for key in keys if not store.check([key])]
+            missing = [key.rsplit("/", 1)[-1] for key in keys if not store.check([key])]
             raise LearnerLost(
-                f"learners did not join within {timeout_s:.0f} s (--learner-timeout-s): "
-                f"missing {', '.join(missing)}"
+                f"learner {', '.join(missing)} did not start within {timeout_s:.0f} s "
+                "(at least --learner-timeout-s); the run stops"
             )
         time.sleep(0.1)

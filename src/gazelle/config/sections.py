@@ -217,9 +217,9 @@ class RunConfig:
     learner, no process group. A3C's workers already are its parallel learners (their
     number is --num-actors); docs/distributed.md."""
     learner_timeout_s: float = 120.0
-    """With --learners N: the longest a learner waits for the others in a collective call
-    (and for all of them to start): then the run stops, naming the learner that died or
-    did not answer."""
+    """With --learners N: the longest a learner waits for the others in a step's collective
+    call (their start-up gets at least 120 s): then the run stops, naming the learner that
+    died or did not answer."""
     resume: bool = True
     """Continue from logdir's checkpoint when it exists (with the same config)."""
     checkpoint_interval_s: float = 600.0

@@ -245,8 +245,10 @@ class Collective(Protocol):
         """Every learner's `tensor` (same shape and dtype everywhere) becomes rank 0's."""
         ...
 
-    def broadcast_object(self, obj: Any) -> Any:
-        """Rank 0's `obj` (picklable; others pass None), returned on every learner."""
+    def barrier(self) -> None:
+        """Every learner waits until all have come here, within the learners' start-up
+        bound (the backend's: a spawn and an import are far slower than a step); raises
+        naming the learners that did not come."""
         ...
 
     def post(self, message: Any) -> None:

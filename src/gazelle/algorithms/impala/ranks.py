@@ -111,19 +111,23 @@ def follow(collective: Collective, settings: RankSettings) -> None:
 
 def send_start(collective: Collective, agent: torch.nn.Module, optimizer: Any) -> None:
     """Rank 0: its weights (buffers too: PopArt's and the observations' statistics) and
-    optimiser state to every learner, on the CPU (each loads them onto its own device)."""
+    optimiser state to every learner, on the CPU (each loads them onto its own device);
+    returns once every learner has loaded them (within their start-up bound)."""
     state = {
         "agent": {k: v.detach().cpu() for k, v in agent.state_dict().items()},
         "optimizer": _to_cpu(optimizer.state_dict()),
     }
-    collective.broadcast_object(state)
+    collective.post(state)
+    # why: after this, every collective call is a step's, bounded by --learner-timeout-s.
+    collective.barrier()
 
 
 def load_start(collective: Collective, agent: torch.nn.Module, optimizer: Any) -> None:
     """Ranks > 0: rank 0's weights and optimiser state (`send_start`)."""
-    state = collective.broadcast_object(None)
+    state = collective.next_message()
     agent.load_state_dict(state["agent"])
     optimizer.load_state_dict(state["optimizer"])
+    collective.barrier()
 
 
 def _to_cpu(value: Any) -> Any:

@@ -22,7 +22,9 @@ from gazelle.backends.collective import (
     ProcessGroupCollective,
     client_store,
     listen,
+    loopback_interface,
     serve_store,
+    start_timeout,
     wait_for_keys,
 )
 from gazelle.backends.local.child import child_main, kill_group
@@ -65,12 +67,17 @@ def learner_main(
 ) -> None:  # fmt: skip
     """A learner process: join rank 0's group, then `work(collective, settings)`."""
     name_process(f"gazelle-learn{rank}")
-    store = client_store(LOOPBACK, port, size, timeout_s)
+    store = client_store(LOOPBACK, port, size, start_timeout(timeout_s))
     store.set(READY_KEY.format(rank), "1")
-    # why: the kernel kills this process when the trainer goes (`child_main`), but a
-    # re-parented orphan must also stop waiting for messages that will never come.
+
+    def check() -> None:
+        # why: the kernel kills this process when the trainer goes (`child_main`), but a
+        # re-parented orphan must also stop waiting for messages that will never come.
+        if os.getppid() != parent_pid:
+            raise LearnerLost(f"learner 0 (pid {parent_pid}) is gone; learner {rank} stops")
+
     collective = ProcessGroupCollective(
-        store, rank, size, device, timeout_s, alive=lambda: os.getppid() == parent_pid
+        store, rank, size, device, timeout_s, check, loopback_interface()
     )
     try:
         work(collective, settings)
@@ -86,7 +93,7 @@ class LocalLearners:
         devices = [rank_device(request.device, rank) for rank in range(size)]
         server = listen(LOOPBACK)
         port = server.getsockname()[1]
-        store = serve_store(server, size, request.timeout_s)
+        store = serve_store(server, size, start_timeout(request.timeout_s))
         ctx = mp.get_context("spawn")
         self.processes: list[Any] = []
         for rank in range(1, size):
@@ -104,8 +111,10 @@ class LocalLearners:
             # why: the group's forming blocks; first see every learner up (a learner that
             # fails to start ends the wait at once, with its exit, instead of the timeout).
             keys = [READY_KEY.format(rank) for rank in range(1, size)]
-            wait_for_keys(store, keys, request.timeout_s, self.check)
-            self.collective = ProcessGroupCollective(store, 0, size, devices[0], request.timeout_s)
+            wait_for_keys(store, keys, start_timeout(request.timeout_s), self.check)
+            self.collective = ProcessGroupCollective(
+                store, 0, size, devices[0], request.timeout_s, self.check, loopback_interface()
+            )
         except BaseException:
             self._kill()
             raise
