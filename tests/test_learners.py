@@ -103,10 +103,10 @@ def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(tmp_
         ranks.send_start(collective, two_agent, two_learner.optimizer)
         for k in range(3):
             batch = make_batch(one_agent, seed=k)
-            torch.manual_seed(100 + k)  # why: the same deal of APPO's minibatches
-            want = train_on_batch(one, batch, 0.01)
-            torch.manual_seed(100 + k)
-            got = train_on_batch(two, batch, 0.01)
+            # why: the same deal of APPO's minibatches for both
+            orders = None if one.passes == (1, 1) else [torch.randperm(B) for _ in range(2)]
+            want = train_on_batch(one, batch, 0.01, orders)
+            got = train_on_batch(two, batch, 0.01, orders)
             assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == 0.0
             # the logged metrics read as one learner's: summed losses, the batch's norm
             for name in ("losses/grad_norm", "losses/total", "losses/baseline"):
@@ -207,7 +207,8 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
 
 def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_path):
     """A stopped learner (SIGSTOP: alive, its connections open) cannot close anything; only
-    the group's timeout ends rank 0's wait, and the reason names the learner."""
+    the group's timeout ends rank 0's wait, and the reason names the learner. Before it, a
+    non-finite loss on one learner's half skips the update on every learner."""
     config, found = resolved(tmp_path, learner_timeout_s=2.0)
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
@@ -219,6 +220,13 @@ def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_pat
         ranks.send_start(learners.collective, agent, learner.optimizer)
         run = SimpleNamespace(learners=learners, **vars(view(config, learner)))
         train_on_batch(run, make_batch(agent, seed=0), 0.01)  # both learners answer
+        # a NaN in learner 1's half only: every learner skips, none is left out of step
+        poisoned = make_batch(agent, seed=2)
+        poisoned["truncation_value"][2, B - 1] = float("nan")
+        before = copy.deepcopy(agent.state_dict())
+        assert train_on_batch(run, poisoned, 0.01)["learner/skipped"] == 1.0
+        assert all(torch.equal(v, before[k]) for k, v in agent.state_dict().items())
+        assert train_on_batch(run, make_batch(agent, seed=3), 0.01)["learner/skipped"] == 0.0
         stopped = learner_pid(os.getpid(), 1)
         assert stopped is not None
         os.kill(stopped, signal.SIGSTOP)

@@ -109,13 +109,11 @@ class Learner:
         if not finite and self.collective is None:
             return self._skip(metrics, "learner/nonfinite_loss")
         loss.backward()
-        if self.collective is not None:
-            # why: every learner must join the sum, also one whose loss is not finite: its
-            # NaN gradient makes the summed norm NaN, and every learner skips together.
-            self._sum_gradients()
-            if not finite:
-                self.optimizer.zero_grad(set_to_none=True)
-                return self._skip(metrics, "learner/nonfinite_loss")
+        # why: every learner must join the sum, also one whose loss is not finite; the
+        # count of such learners travels with the gradients, so all skip, for one reason.
+        if self.collective is not None and self._sum_gradients(nonfinite=not finite):
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skip(metrics, "learner/nonfinite_loss")
         clip = self.grad_norm_clip if self.grad_norm_clip is not None else float("inf")
         norm = nn.utils.clip_grad_norm_(self.agent.parameters(), clip)
         metrics["losses/grad_norm"] = norm.detach()
@@ -134,19 +132,22 @@ class Learner:
         metrics["learner/skipped"] = 0.0
         return metrics
 
-    def _sum_gradients(self) -> None:
+    def _sum_gradients(self, nonfinite: bool) -> int:
         """Replace each gradient by its sum over the learners: one flat call (one message per
-        step, as DDP's buckets without the overlap with the backward pass). Parameters with
-        no gradient here have none on any learner (the same loss on the same agent) and stay
+        step, as DDP's buckets without the overlap with the backward pass); returns how many
+        learners had a non-finite loss (`nonfinite` is this one's). Parameters with no
+        gradient here have none on any learner (the same loss on the same agent) and stay
         without one, so the optimiser leaves them as one learner's would."""
         assert self.collective is not None
         grads = [p.grad for p in self.agent.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        count = grads[0].new_full((1,), float(nonfinite))
+        flat = torch.cat([g.reshape(-1) for g in grads] + [count])
         self.collective.all_reduce_sum(flat)
         offset = 0
         for grad in grads:
             grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+        return int(flat[-1].item())
 
     def _skip(self, metrics: dict[str, Any], reason: str) -> dict[str, Any]:
         self.skipped += 1

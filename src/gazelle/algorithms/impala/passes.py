@@ -67,7 +67,12 @@ def drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None
     return select_unrolls(batch, keep.nonzero().squeeze(1))
 
 
-def train_on_batch(run: Passes, batch: dict[str, torch.Tensor], learning_rate: float) -> Any:
+def train_on_batch(
+    run: Passes,
+    batch: dict[str, torch.Tensor],
+    learning_rate: float,
+    orders: list[torch.Tensor] | None = None,
+) -> Any:
     """The learner's steps on one batch: one (IMPALA), or `epochs` passes of `minibatches`
     steps each on disjoint random shares of its unrolls (APPO). Metrics: the mean over the
     steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value.
@@ -76,15 +81,18 @@ def train_on_batch(run: Passes, batch: dict[str, torch.Tensor], learning_rate: f
     statistics (once per batch, whatever the passes: `gazelle.models.normalize`). With APPO's
     `--clip-anchor learner` the batch then gets the learner's policy before its passes
     (`PROXIMAL_LOGITS`, the anchor of `appo.loss`). With `--learners N` (rank 0 calls this),
-    the batch, its learning rate and its order go to the other learners first (`share`)."""
+    the batch, its learning rate and its order go to the other learners first (`share`).
+
+    `orders`: each pass's order of the unrolls; None: dealt from the learner's global RNG
+    (seeded by the run, so a seeded run deals them the same way again), with one learner
+    one pass at a time as ever (the learner's steps draw from it too), with several all
+    first, by rank 0 for every learner."""
     epochs, minibatches = run.passes
-    orders = None
-    if (epochs, minibatches) != (1, 1):
-        # why: the learner's global RNG (seeded by the run) deals the shares, so a seeded
-        # run deals them the same way again; rank 0 deals for every learner.
-        orders = [torch.randperm(int(batch["policy_version"].numel())) for _ in range(epochs)]
     group = getattr(run.learner, "collective", None)
     if group is not None:
+        if orders is None and (epochs, minibatches) != (1, 1):
+            size = int(batch["policy_version"].numel())
+            orders = [torch.randperm(size) for _ in range(epochs)]
         share(group, batch, learning_rate, orders)
     return passes(run, batch, learning_rate, orders)
 
@@ -95,7 +103,7 @@ def passes(
     learning_rate: float,
     orders: list[torch.Tensor] | None,
 ) -> dict[str, Any]:
-    """The steps of `train_on_batch` in the order `orders` (None: one step on the batch), on
+    """The steps of `train_on_batch` in the order `orders` (None: dealt here, see there), on
     this learner's share of each step's unrolls."""
     agent: Any = getattr(run.learner, "agent", None)
     norms = getattr(agent, "obs_norms", None)
@@ -105,12 +113,17 @@ def passes(
     if getattr(run, "anchor_at_learner", False):
         batch = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
     group = getattr(run.learner, "collective", None)
-    if orders is None and group is None:
+    epochs, minibatches = run.passes
+    if (epochs, minibatches) == (1, 1) and group is None:
         return run.learner.step(batch, learning_rate)
     size = int(batch["policy_version"].numel())
     steps: list[dict[str, Any]] = []
-    _, minibatches = run.passes
-    for order in orders if orders is not None else [torch.arange(size)]:
+    for epoch in range(epochs):
+        if orders is not None:
+            order = orders[epoch]
+        else:
+            one_pass = (epochs, minibatches) == (1, 1)
+            order = torch.arange(size) if one_pass else torch.randperm(size)
         for minibatch in order.chunk(minibatches):
             # why: validation made every minibatch a multiple of the learners, so the
             # shares are equal and none is empty (every learner joins every sum).
