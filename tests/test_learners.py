@@ -294,3 +294,48 @@ def test_a_loss_that_cannot_reach_the_other_learners_is_refused_before_any_start
     config, found = resolved(tmp_path)
     with pytest.raises(ValueError, match=r"--learners 2: the loss .* must be picklable"):
         ranks.start(config, found, torch.device("cpu"), loss_fn=lambda agent, batch: None)
+
+
+class _Planted:
+    """A pickle that creates a file when unpickled (what a local user could plant)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_what_a_learner_reads_from_the_store_is_never_unpickled(tmp_path):
+    """Anyone on the machine can reach the loopback store (it has no token): a message
+    planted there is refused, never run (the learners' messages load as plain data)."""
+    import pickle
+
+    import torch.distributed as dist
+
+    from gazelle.backends.collective import (
+        MESSAGE_KEY,
+        ProcessGroupCollective,
+        client_store,
+        listen,
+        serve_store,
+    )
+
+    server = listen("127.0.0.1")
+    port = server.getsockname()[1]
+    store = serve_store(server, 1, 10.0)
+    collective = ProcessGroupCollective(store, 0, 1, torch.device("cpu"), 10.0, gloo_interface="lo")
+    try:
+        collective.post({"lr": 0.5, "orders": [torch.arange(3)]})
+        assert collective.next_message()["lr"] == 0.5  # plain data comes through
+        planted = tmp_path / "planted"
+        client_store("127.0.0.1", port, 1, 10.0).set(
+            MESSAGE_KEY.format(1), pickle.dumps(_Planted(planted))
+        )
+        with pytest.raises(pickle.UnpicklingError):
+            collective.next_message()
+        assert not planted.exists()
+    finally:
+        collective.close()
+        assert not dist.is_initialized()

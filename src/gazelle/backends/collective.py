@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import io
 import os
-import pickle
 import socket
 import time
 from collections.abc import Callable
@@ -159,10 +159,13 @@ class ProcessGroupCollective:
         wait_for_keys(self._store, keys, start_timeout(self.timeout_s), self._check)
 
     def post(self, message: Any) -> None:
-        """Rank 0: the next message for the others (a batch's header, or None: stop); it
-        waits for no one."""
+        """Rank 0: the next message for the others (tensors, numbers, text, dtypes, in
+        lists, tuples and dicts: a batch's header, the start state; None: stop); it waits
+        for no one."""
+        buffer = io.BytesIO()
+        torch.save(message, buffer)
         # why: torch's stub says str; the store takes bytes as they are (binary values).
-        self._store.set(MESSAGE_KEY.format(self._sent), pickle.dumps(message))  # type: ignore[arg-type]
+        self._store.set(MESSAGE_KEY.format(self._sent), buffer.getvalue())  # type: ignore[arg-type]
         self._sent += 1
 
     def next_message(self) -> Any:
@@ -180,7 +183,9 @@ class ProcessGroupCollective:
             time.sleep(delay)
             delay = min(0.01, delay * 2)
         self._received += 1
-        return pickle.loads(self._store.get(key))
+        # why: anyone on this machine can reach the store (it has no token); what is read
+        # from it is never unpickled, only loaded as plain data and tensors.
+        return torch.load(io.BytesIO(self._store.get(key)), weights_only=True)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
