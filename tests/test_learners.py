@@ -85,7 +85,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(tmp_path, case):
+def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(
+    tmp_path, case, monkeypatch
+):
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # why: rank 0 (here) sets it
     config, found = resolved(tmp_path, learner_timeout_s=20.0, **CASES[case])
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
@@ -205,10 +208,11 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
     assert result.frames >= saved + 200 and result.updates > 0
 
 
-def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_path):
+def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_path, monkeypatch):
     """A stopped learner (SIGSTOP: alive, its connections open) cannot close anything; only
     the group's timeout ends rank 0's wait, and the reason names the learner. Before it, a
     non-finite loss on one learner's half skips the update on every learner."""
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # why: rank 0 (here) sets it
     config, found = resolved(tmp_path, learner_timeout_s=2.0)
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
@@ -307,13 +311,14 @@ class _Planted:
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
-def test_what_a_learner_reads_from_the_store_is_never_unpickled(tmp_path):
+def test_what_a_learner_reads_from_the_store_is_never_unpickled(tmp_path, monkeypatch):
     """Anyone on the machine can reach the loopback store (it has no token): a message
     planted there is refused, never run (the learners' messages load as plain data)."""
     import pickle
 
     import torch.distributed as dist
 
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # why: the group sets it
     from gazelle.backends.collective import (
         MESSAGE_KEY,
         ProcessGroupCollective,
