@@ -152,6 +152,8 @@ class ProcessGroupCollective:
     def barrier(self) -> None:
         """Every learner waits here until all have come, at most `start_timeout` (then
         `LearnerLost` naming the missing ones); a learner that died ends the wait at once."""
+        # why: in the store, not a collective call: its wait is the start-up's bound, not the
+        # steps', and it can name who is missing (gloo's barrier cannot; NCCL has none).
         key = BARRIER_KEY.format(self._barriers, "{}")
         self._barriers += 1
         self._store.set(key.format(self._rank), "1")
@@ -199,6 +201,7 @@ def wait_for_keys(
     """Wait until `store` holds `keys`, calling `check()` (raises when a learner died) every
     0.1 s; `LearnerLost` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
+    # why: a poll, not the store's blocking wait: between two looks it sees a learner die
     while not store.check(keys):
         check()
         if time.monotonic() > deadline:
