@@ -243,7 +243,9 @@ def build(
     learners = None
     if config.run.learners > 1:
         if start_learners is None:
-            raise ConfigError("learners", config.run.learners, "1 with this builder's caller")
+            raise ConfigError(
+                "learners", config.run.learners, "1 here (this caller starts no other learners)"
+            )
         learners = start_learners(config, found, device)
     try:
         collective = learners.collective if learners is not None else None
