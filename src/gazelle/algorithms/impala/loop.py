@@ -76,11 +76,6 @@ def train(
                 f"gazelle: resumed from {counters['source']} at {counters['frames']:,} frames "
                 f"({counters['updates']} updates)"
             )
-        if run.learners is not None:
-            # why: after the restore, so that a resume with any --learners starts every
-            # learner from the checkpoint (only rank 0 reads and writes it).
-            with ranks.learner_faults(run):
-                ranks.send_start(run.learners.collective, run.agent, run.optimizer)
     except BaseException:
         ranks.close_learners(run, timeout=1.0)
         raise
@@ -109,6 +104,12 @@ def train(
     interrupted, reached_at = False, None
     try:
         with interruptible(), stop_on_os_error():
+            if run.learners is not None:
+                # why: after the restore (a resume with any --learners starts every learner
+                # from the checkpoint, which only rank 0 reads and writes) and once the
+                # actors start, so the learners build their agents while the actors do.
+                with ranks.learner_faults(run):
+                    ranks.send_start(run.learners.collective, run.agent, run.optimizer)
             reached_at = _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
     except KeyboardInterrupt:
         interrupted = True
