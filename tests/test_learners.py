@@ -6,7 +6,9 @@ naming itself; and the checks of the flag."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -84,12 +86,35 @@ CASES = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(
-    tmp_path, case, monkeypatch
-):
+def check_equivalence(config, found, one, one_agent, two, two_agent, start):
+    """Four batches (the second with a NaN in learner 1's half: skipped by both, as by one
+    learner) on one learner and on two; the same metrics and, at the end, the same weights
+    and buffers, all moved."""
+    for k in range(4):
+        batch = make_batch(one_agent, seed=k)
+        if k == 1:
+            batch["truncation_value"][2, B - 1] = float("nan")  # why: a non-finite loss
+        # why: the same deal of APPO's minibatches for both
+        orders = None if one.passes == (1, 1) else [torch.randperm(B) for _ in range(2)]
+        want = train_on_batch(one, batch, 0.01, orders)
+        got = train_on_batch(two, batch, 0.01, orders)
+        assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == float(k == 1)
+        # the logged metrics read as one learner's: summed losses, the batch's norm
+        for name in ("losses/grad_norm", "losses/total", "losses/baseline"):
+            if k != 1:
+                assert got[name] == pytest.approx(float(want[name]), rel=1e-4), name
+    want_state, got_state = one_agent.state_dict(), two_agent.state_dict()
+    for name, value in want_state.items():
+        torch.testing.assert_close(got_state[name], value, rtol=1e-5, atol=1e-6)
+    # the steps moved every weight (an equality of two unchanged agents proves nothing)
+    assert all(not torch.equal(want_state[n], start[n]) for n, _ in one_agent.named_parameters())
+
+
+@contextlib.contextmanager
+def one_and_two(tmp_path, monkeypatch, **flags):
+    """One learner, and two learners (rank 1 spawned) from the same weights."""
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # why: rank 0 (here) sets it
-    config, found = resolved(tmp_path, learner_timeout_s=20.0, **CASES[case])
+    config, found = resolved(tmp_path, **flags)
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
     torch.manual_seed(0)
@@ -101,29 +126,47 @@ def test_two_learners_with_half_the_batch_each_step_as_one_learner_with_all(
     try:
         collective = learners.collective
         two_learner = make_learner(config, two_agent, cpu, None, _make_loss(config), collective)
-        two = view(config, two_learner)
+        two = SimpleNamespace(learners=learners, **vars(view(config, two_learner)))
         # why: a second learner that starts from other weights would be caught here too.
         ranks.send_start(collective, two_agent, two_learner.optimizer)
-        for k in range(3):
-            batch = make_batch(one_agent, seed=k)
-            # why: the same deal of APPO's minibatches for both
-            orders = None if one.passes == (1, 1) else [torch.randperm(B) for _ in range(2)]
-            want = train_on_batch(one, batch, 0.01, orders)
-            got = train_on_batch(two, batch, 0.01, orders)
-            assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == 0.0
-            # the logged metrics read as one learner's: summed losses, the batch's norm
-            for name in ("losses/grad_norm", "losses/total", "losses/baseline"):
-                assert got[name] == pytest.approx(float(want[name]), rel=1e-4), name
-        want_state, got_state = one_agent.state_dict(), two_agent.state_dict()
-        for name, value in want_state.items():
-            torch.testing.assert_close(got_state[name], value, rtol=1e-5, atol=1e-6)
-        # the steps moved every weight (an equality of two unchanged agents proves nothing)
-        assert all(
-            not torch.equal(want_state[n], start[n]) for n, _ in one_agent.named_parameters()
-        )
+        yield config, found, one, one_agent, two, two_agent, start
     finally:
-        learners.close()
+        learners.close(timeout=1.0)
         torch.set_num_threads(threads)
+
+
+def test_two_appo_learners_with_half_the_batch_each_step_as_one_learner_with_all(
+    tmp_path, monkeypatch
+):
+    """APPO's passes: two epochs of two minibatches, normalised advantages, PopArt, the
+    learner's anchor and normalised observations, each minibatch halved."""
+    with one_and_two(tmp_path, monkeypatch, **CASES["appo-passes"]) as parts:
+        check_equivalence(*parts)
+
+
+def test_two_impala_learners_step_as_one_and_a_stopped_one_ends_the_step_in_time(
+    tmp_path, monkeypatch
+):
+    """V-trace with the LSTM and a clip that bites: two learners with half the batch each
+    step as one learner with all of it. Then (on the same group, to spare CI a second
+    start) learner 1 is stopped (SIGSTOP: alive, its connections open, so nothing closes):
+    only the group's timeout ends learner 0's wait, and the reason names learner 1."""
+    flags = {**CASES["impala-vtrace-lstm"], "learner_timeout_s": 2.0}
+    with one_and_two(tmp_path, monkeypatch, **flags) as parts:
+        check_equivalence(*parts)
+        two, two_agent = parts[4], parts[5]
+        stopped = learner_pid(os.getpid(), 1)
+        assert stopped is not None
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(LearnerLost) as caught, ranks.learner_faults(two):
+                train_on_batch(two, make_batch(two_agent, seed=9), 0.01)
+            assert time.monotonic() - start < 2.0 + 5.0
+            assert f"learner 1 (pid {stopped}) is stopped" in str(caught.value)
+            assert "\n" not in str(caught.value)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
 
 
 def learner_pid(parent: int, rank: int) -> int | None:
@@ -145,12 +188,14 @@ def learner_pid(parent: int, rank: int) -> int | None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the learner through /proc")
-def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resumes(tmp_path):
+def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resumes(
+    tmp_path, capsys
+):
     """`gazelle train --learners 2` (in a clean environment: no GLOO_SOCKET_IFNAME) trains,
     listening on loopback only, and checkpoints; SIGKILL of learner 1 ends it within a
     bounded time with one line naming it; its checkpoint resumes with one learner."""
     from gazelle import api
-    from gazelle.algorithms.runstate import CHECKPOINT_FILE
+    from gazelle.algorithms.runstate import CHECKPOINT_FILE, CONFIG_FILE, saved_config
     from gazelle.backends.ray.sockets import is_loopback, tree
     from gazelle.plot.runs import read_rows
 
@@ -203,48 +248,13 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
     assert [line for line in text.splitlines() if reason in line], text
     assert "Traceback" not in text
     saved = read_rows(logdir / "progress.jsonl")[-1]["frames"]
-    # a different number of learners resumes the checkpoint the killed run left
-    result = api.train(logdir=str(logdir), total_frames=saved + 200, learners=1, quiet=True)
-    assert result.frames >= saved + 200 and result.updates > 0
-
-
-def test_a_learner_that_stops_answering_ends_the_step_within_the_timeout(tmp_path, monkeypatch):
-    """A stopped learner (SIGSTOP: alive, its connections open) cannot close anything; only
-    the group's timeout ends rank 0's wait, and the reason names the learner. Before it, a
-    non-finite loss on one learner's half skips the update on every learner."""
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # why: rank 0 (here) sets it
-    config, found = resolved(tmp_path, learner_timeout_s=2.0)
-    cpu = torch.device("cpu")
-    threads = torch.get_num_threads()
-    agent = new_agent(config, found.obs_spec, 1, cpu)
-    learners = ranks.start(config, found, cpu)
-    stopped = None
-    try:
-        learner = make_learner(config, agent, cpu, collective=learners.collective)
-        ranks.send_start(learners.collective, agent, learner.optimizer)
-        run = SimpleNamespace(learners=learners, **vars(view(config, learner)))
-        train_on_batch(run, make_batch(agent, seed=0), 0.01)  # both learners answer
-        # a NaN in learner 1's half only: every learner skips, none is left out of step
-        poisoned = make_batch(agent, seed=2)
-        poisoned["truncation_value"][2, B - 1] = float("nan")
-        before = copy.deepcopy(agent.state_dict())
-        assert train_on_batch(run, poisoned, 0.01)["learner/skipped"] == 1.0
-        assert all(torch.equal(v, before[k]) for k, v in agent.state_dict().items())
-        assert train_on_batch(run, make_batch(agent, seed=3), 0.01)["learner/skipped"] == 0.0
-        stopped = learner_pid(os.getpid(), 1)
-        assert stopped is not None
-        os.kill(stopped, signal.SIGSTOP)
-        start = time.monotonic()
-        with pytest.raises(LearnerLost) as caught, ranks.learner_faults(run):
-            train_on_batch(run, make_batch(agent, seed=1), 0.01)
-        assert time.monotonic() - start < 2.0 + 5.0
-        assert f"learner 1 (pid {stopped}) is stopped" in str(caught.value)
-        assert "\n" not in str(caught.value)
-    finally:
-        if stopped is not None:
-            os.kill(stopped, signal.SIGCONT)
-        learners.close(timeout=1.0)
-        torch.set_num_threads(threads)
+    # a different number of learners resumes the checkpoint the killed run left (the run's
+    # own config, as `gazelle train --logdir` reads it)
+    config = saved_config(json.loads((logdir / CONFIG_FILE).read_text()))
+    capsys.readouterr()
+    result = api.train(config, total_frames=saved + 200, learners=1, quiet=True)
+    assert f"resumed from {logdir / CHECKPOINT_FILE} at {saved:,} frames" in capsys.readouterr().out
+    assert result.frames >= saved + 200
 
 
 @pytest.mark.parametrize(
