@@ -99,6 +99,9 @@ def check_equivalence(config, found, one, one_agent, two, two_agent, start):
         want = train_on_batch(one, batch, 0.01, orders)
         got = train_on_batch(two, batch, 0.01, orders)
         assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == float(k == 1)
+        assert {n for n in got if n.startswith("learner/")} == {
+            n for n in want if n.startswith("learner/")
+        }  # the same reason for a skip (learner/nonfinite_loss)
         # the logged metrics read as one learner's: summed losses, the batch's norm
         for name in ("losses/grad_norm", "losses/total", "losses/baseline"):
             if k != 1:
