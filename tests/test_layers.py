@@ -175,9 +175,11 @@ def test_no_two_packages_import_each_other():
     assert not circles, circles
 
 
-#: The one module of a backend that others may import: the unroll's field layout, shared by
-#: every backend and by the loops that index batches (to move to the runtime).
-SHARED_BACKEND_MODULES = ("gazelle.backends.local.layout",)
+#: The modules of the backends' package that others may import: the unroll's field layout,
+#: shared by every backend and by the loops that index batches (to move to the runtime), and
+#: the learners' process group on torch.distributed, shared by every backend that runs
+#: several learners (`--learners N`).
+SHARED_BACKEND_MODULES = ("gazelle.backends.local.layout", "gazelle.backends.collective")
 
 
 def _backend_of(module: str) -> str | None:

@@ -6,7 +6,10 @@ An algorithm describes the actors it needs (`BackendRequest`); the backend named
 learn for themselves (A3C) describes them in a `WorkerRequest`: the work each runs (a
 callable) and the parameter store they push to (the algorithm's optimiser over its global
 network); the backend keeps the store where its workers reach it and hands back `Workers`:
-a `ParameterServer` and the `Fleet` of workers. Everything is typed against
+a `ParameterServer` and the `Fleet` of workers. A loop with several learners
+(`--learners N`) describes them in a `LearnerRequest` (the work ranks 1..N-1 run); the
+backend starts them, joins them with this process as rank 0 and hands back `Learners`: rank
+0's `Collective` and what watches the others. Everything is typed against
 `gazelle.runtime.interfaces`, so a new backend is one new package declaring its `Backend`
 (`gazelle.config.registry`: its `build`, the flags that are its own, how it shares the
 machine) and one line in the registry's `BUILT_IN_BACKENDS`.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -24,7 +27,14 @@ from torch import nn
 from gazelle.config import ConfigError, registry
 from gazelle.models import Agent
 from gazelle.runtime.actor import ActorSpec
-from gazelle.runtime.interfaces import BatchSource, Fleet, ParameterServer, ParamPublisher, Work
+from gazelle.runtime.interfaces import (
+    BatchSource,
+    Collective,
+    Fleet,
+    ParameterServer,
+    ParamPublisher,
+    Work,
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,60 @@ class Workers:
 
     server: ParameterServer
     fleet: Fleet
+
+
+@dataclass(frozen=True)
+class LearnerRequest:
+    """The learners of a run (`--learners N`), whatever runs them.
+
+    Attributes:
+        work: what ranks 1..N-1 run, `work(collective, settings)` (a module-level function,
+            picklable; `collective` is that rank's `Collective`).
+        settings: the work's own settings (picklable), handed to every rank.
+        size: the number of learners, N (this process is rank 0).
+        device: rank 0's device; on CUDA, rank r takes the r-th GPU after it (NCCL).
+        timeout_s: the longest a collective call (or the rendezvous) waits for the others.
+    """
+
+    work: Work
+    settings: Any
+    size: int
+    device: torch.device
+    timeout_s: float = 120.0
+
+
+class Learners(Protocol):
+    """What a backend gives the loop for its learners: rank 0's side of the group, and the
+    watch over ranks 1..N-1."""
+
+    collective: Collective
+
+    def check(self) -> None:
+        """Raise `LearnerLost` (one line, naming the learner) if a learner has died."""
+        ...
+
+    def lost(self, err: BaseException) -> Exception | None:
+        """The one-line `LearnerLost` for `err` raised by a step while the learners work
+        together, naming the learner that died or did not answer where it can be told;
+        None when `err` is not the learners' (a fault of the step itself)."""
+        ...
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Tell the learners to stop, wait for them (bounded), then kill any left."""
+        ...
+
+
+def build_learners(name: str, request: LearnerRequest) -> Learners:
+    """Start ranks 1..N-1 of `request` on backend `name` and join them as rank 0."""
+    backend = _backend(name)
+    if backend.build_learners is None:
+        with_learners = [b.name for b in registry.backends() if b.build_learners is not None]
+        raise ValueError(
+            f"--learners {request.size}: --backend {name!r} runs one learner; allowed: "
+            f"--learners 1, or --backend {' | '.join(with_learners)}"
+        )
+    learners: Learners = backend.build_learners(request)
+    return learners
 
 
 def _backend(name: str) -> registry.Backend:

@@ -88,6 +88,9 @@ class Backend:
     build_workers: Callable[..., Any] | None = None
     """`build_workers(request: WorkerRequest) -> Workers`: processes that each run the work
     an algorithm hands them against a parameter store (A3C's workers); None: none."""
+    build_learners: Callable[..., Any] | None = None
+    """`build_learners(request: LearnerRequest) -> Learners`: learners 1..N-1 of a run with
+    `--learners N`, joined with the calling process as rank 0; None: one learner only."""
     own_flags: tuple[str, ...] = ()
     """Flags of the actors' section that only this backend reads: set on another backend,
     they are refused (`--ray-address` without `--backend ray`)."""

@@ -208,7 +208,19 @@ class RunConfig:
     precision: str = "fp32"
     """Learner precision: fp32 or bf16 (autocast)."""
     learner_threads: int | None = None
-    """Torch threads of the learner on CPU; None: the cores the actors leave (at least 1)."""
+    """Torch threads of the learner on CPU; None: the cores the actors leave (at least 1),
+    shared among the learners with --learners N."""
+    learners: int = 1
+    """Data-parallel learners (IMPALA, APPO): N processes each train on 1/N of every batch
+    (--batch-size, and each APPO minibatch, must divide by N) and sum their gradients
+    (torch.distributed: gloo on CPU, NCCL with one GPU each), so every update is the one
+    learner's on the whole batch; the first publishes weights, logs and checkpoints. 1: one
+    learner, no process group. A3C's workers already are its parallel learners (their
+    number is --num-actors); docs/distributed.md."""
+    learner_timeout_s: float = 120.0
+    """With --learners N: the longest a learner waits for the others in a step's collective
+    call (their start-up gets at least 120 s): then the run stops, naming the learner that
+    died or did not answer."""
     resume: bool = True
     """Continue from logdir's checkpoint when it exists (with the same config)."""
     checkpoint_interval_s: float = 600.0

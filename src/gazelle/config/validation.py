@@ -103,6 +103,16 @@ def validate(config: Config) -> Config:
     check.positive("max_nonfinite_updates")
     check.positive("actor_timeout_s", integer=False)
     check.positive("batch_timeout_s", integer=False)
+    check.positive("learners")
+    check.positive("learner_timeout_s", integer=False)
+    if config.run.learners > 1 and registry.backend(config.actors.backend).build_learners is None:
+        with_learners = [b.name for b in registry.backends() if b.build_learners is not None]
+        raise ConfigError(
+            "learners",
+            config.run.learners,
+            f"1 with --backend {config.actors.backend} (several learners: --backend "
+            f"{' | '.join(with_learners)})",
+        )
     check.in_range("inference_max_wait_ms", 0.0, 10_000.0)
     check.positive("inference_max_batch", allow_none=True)
     max_batch, envs = config.actors.inference_max_batch, config.actors.envs_per_actor

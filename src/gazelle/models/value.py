@@ -18,6 +18,7 @@ paper's multi-task PopArt); the agent picks each row's level (`level` ids `[T, B
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,6 +28,10 @@ from torch import nn
 #: returns of a run that earns nothing yet are all ~0).
 SIGMA_MIN = 1e-2
 SIGMA_MAX = 1e6
+
+#: Sums a tensor of per-learner sums over the run's learners, in place (`--learners N`: each
+#: learner holds a share of the batch); None: one learner holds all of it.
+Reduce = Callable[[torch.Tensor], None]
 
 
 def sigma_from(mu: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
@@ -80,7 +85,11 @@ class ValueHead(nn.Linear):
 
     @torch.no_grad()
     def moments_with(
-        self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
+        self,
+        targets: torch.Tensor,
+        rate: float,
+        level: torch.Tensor | None = None,
+        reduce: Reduce | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`(mu, nu, count)` `[L]` each after a step towards the mean and mean square of each
         level's `targets` (`[T, B]`, or any shape with `level` broadcastable to it; all level 0
@@ -90,6 +99,8 @@ class ValueHead(nn.Linear):
         plain average of the first k batches' until that is smaller than `rate`, then a moving
         average (why: from mu = 0, sigma = 1, the first updates of a run whose returns are
         hundreds had losses ~10^5 and gradients clipped from ~2 * 10^4; docs/results.md).
+        With `reduce`, the batch's targets are shared among learners: the counts and sums are
+        the whole batch's, so every learner takes the same step.
         """
         targets = targets.detach().float()
         if level is None:
@@ -98,11 +109,16 @@ class ValueHead(nn.Linear):
         flat = targets.flatten()
         size = self.num_levels
         seen = torch.zeros(size, device=flat.device).index_add_(0, index, torch.ones_like(flat))
+        total = torch.zeros(size, device=flat.device).index_add_(0, index, flat)
+        squares = torch.zeros(size, device=flat.device).index_add_(0, index, flat.square())
+        if reduce is not None:
+            sums = torch.stack([seen, total, squares])
+            reduce(sums)
+            seen, total, squares = sums.unbind(0)
         present = seen > 0
         # why: a level absent from this batch gets no step (its count and moments stay).
-        mean = torch.zeros(size, device=flat.device).index_add_(0, index, flat) / seen.clamp(min=1)
-        square = torch.zeros(size, device=flat.device).index_add_(0, index, flat.square())
-        square = square / seen.clamp(min=1)
+        mean = total / seen.clamp(min=1)
+        square = squares / seen.clamp(min=1)
         count = self.count + present.float()
         step = torch.where(present, torch.clamp(1.0 / count.clamp(min=1), min=rate), 0.0)
         mu = torch.lerp(self.mu, mean, step)
@@ -110,20 +126,30 @@ class ValueHead(nn.Linear):
         return mu, nu, count
 
     def sigma_with(
-        self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
+        self,
+        targets: torch.Tensor,
+        rate: float,
+        level: torch.Tensor | None = None,
+        reduce: Reduce | None = None,
     ) -> torch.Tensor:
         """sigma per level `[L]` after `update(targets, rate, level)`, without updating (the
         loss's scale: PopArt takes the statistics' step before the gradient step, as the
         paper)."""
-        mu, nu, _ = self.moments_with(targets, rate, level)
+        mu, nu, _ = self.moments_with(targets, rate, level, reduce)
         return sigma_from(mu, nu)
 
     @torch.no_grad()
-    def update(self, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None) -> None:
+    def update(
+        self,
+        targets: torch.Tensor,
+        rate: float,
+        level: torch.Tensor | None = None,
+        reduce: Reduce | None = None,
+    ) -> None:
         """Take the statistics' step of `moments_with`, then rescale each level's row so that
         its output v_l(x) is unchanged for every x."""
         old_mu, old_sigma = self.mu.clone(), self.sigma
-        mu, nu, count = self.moments_with(targets, rate, level)
+        mu, nu, count = self.moments_with(targets, rate, level, reduce)
         first = (self.count == 0) & (count > 0)
         self.mu.copy_(mu)
         self.nu.copy_(nu)

@@ -7,6 +7,7 @@ against them only, so a new backend is a new module with no edit to any of those
     actor --UnrollWriter--> (transport) --BatchSource--> loop -> learner
     loop --ParamPublisher--> (transport) --ParamSource--> policy (actor)
     actor --report(event)--> (transport) --Fleet.poll()--> loop -> logger   (telemetry)
+    learner rank r <--Collective--> learner rank 0      (`--learners N`: gradients, batches)
 
 Every wait has a timeout, and every queue behind these is bounded.
 """
@@ -213,3 +214,52 @@ class Fleet(Protocol):
         ...
 
     def close(self, timeout: float = 10.0) -> None: ...
+
+
+class Collective(Protocol):
+    """The learners of one run (`--learners N`) as seen by one of them: its rank, their
+    number, and the collective calls they make together (a backend builds it on
+    torch.distributed: gloo on CPU, NCCL on GPUs). Every call has a timeout, and raises when
+    a member is gone or silent past it, so no learner waits forever on another."""
+
+    @property
+    def rank(self) -> int:
+        """This learner's rank, 0 to `size - 1`; rank 0 publishes, logs and checkpoints."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """The number of learners."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """This learner's device (its batches and gradients live there)."""
+        ...
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        """Replace `tensor` (on this learner's device) by its sum over the learners."""
+        ...
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """Every learner's `tensor` (same shape and dtype everywhere) becomes rank 0's."""
+        ...
+
+    def barrier(self) -> None:
+        """Every learner waits until all have come here, within the learners' start-up
+        bound (the backend's: a spawn and an import are far slower than a step); raises
+        naming the learners that did not come."""
+        ...
+
+    def post(self, message: Any) -> None:
+        """Rank 0: the next message for the others (picklable; None tells them to stop);
+        it waits for no one."""
+        ...
+
+    def next_message(self) -> Any:
+        """Ranks > 0: rank 0's next message, waited for as long as rank 0 lives."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group (never raises)."""
+        ...

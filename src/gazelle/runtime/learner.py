@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gazelle.runtime.interfaces import Collective
 from gazelle.runtime.layer_stats import LayerStats
 from gazelle.runtime.unit_health import UnitHealth
 
@@ -51,6 +52,10 @@ class Learner:
         grad_norm_clip: clip the global gradient norm to this (None: no clipping).
         after_step: called with the agent after each applied optimiser step (never after a
             skipped one): the loss's own state that follows the weights (PopArt's statistics).
+        collective: the run's learners (`--learners N`), each stepping on its share of the
+            batch: the gradients are summed over them before the clip and the step, so every
+            learner takes the same step, the one a single learner takes on the whole batch
+            (the losses are sums over unrolls). None: one learner.
     """
 
     def __init__(
@@ -62,9 +67,11 @@ class Learner:
         precision: str = "fp32",
         grad_norm_clip: float | None = None,
         after_step: Callable[[nn.Module], None] | None = None,
+        collective: Collective | None = None,
     ) -> None:
         self.agent, self.optimizer, self.loss_fn = agent, optimizer, loss_fn
         self.after_step = after_step
+        self.collective = collective
         self.grad_norm_clip = grad_norm_clip
         self.device = device
         self.precision = precision
@@ -98,9 +105,15 @@ class Learner:
         metrics.update(self.health)
         self.optimizer.zero_grad(set_to_none=True)
         # why: one host sync per update (a scalar), the price of never applying a NaN step.
-        if not bool(torch.isfinite(loss.detach())):
+        finite = bool(torch.isfinite(loss.detach()))
+        if not finite and self.collective is None:
             return self._skip(metrics, "learner/nonfinite_loss")
         loss.backward()
+        # why: every learner must join the sum, also one whose loss is not finite; the
+        # count of such learners travels with the gradients, so all skip, for one reason.
+        if self.collective is not None and self._sum_gradients(nonfinite=not finite):
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skip(metrics, "learner/nonfinite_loss")
         clip = self.grad_norm_clip if self.grad_norm_clip is not None else float("inf")
         norm = nn.utils.clip_grad_norm_(self.agent.parameters(), clip)
         metrics["losses/grad_norm"] = norm.detach()
@@ -118,6 +131,23 @@ class Learner:
         self.skipped_in_a_row = 0
         metrics["learner/skipped"] = 0.0
         return metrics
+
+    def _sum_gradients(self, nonfinite: bool) -> int:
+        """Replace each gradient by its sum over the learners: one flat call (one message per
+        step, as DDP's buckets without the overlap with the backward pass); returns how many
+        learners had a non-finite loss (`nonfinite` is this one's). Parameters with no
+        gradient here have none on any learner (the same loss on the same agent) and stay
+        without one, so the optimiser leaves them as one learner's would."""
+        assert self.collective is not None
+        grads = [p.grad for p in self.agent.parameters() if p.grad is not None]
+        count = grads[0].new_full((1,), float(nonfinite))
+        flat = torch.cat([g.reshape(-1) for g in grads] + [count])
+        self.collective.all_reduce_sum(flat)
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+        return int(flat[-1].item())
 
     def _skip(self, metrics: dict[str, Any], reason: str) -> dict[str, Any]:
         self.skipped += 1

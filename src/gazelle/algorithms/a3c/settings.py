@@ -86,6 +86,16 @@ def validate_a3c(check: Checks) -> None:
         raise ConfigError(
             "normalize_obs", True, "off with --algo a3c (not implemented there: use appo or impala)"
         )
+    learners = check.value("learners")
+    if learners != 1:
+        # why: each A3C worker computes its gradients and applies them to the global
+        # network itself: the workers already are its parallel learners.
+        raise ConfigError(
+            "learners",
+            learners,
+            "1 with --algo a3c (its workers are its parallel learners: set their number "
+            "with --num-actors), or --algo impala | appo",
+        )
     check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
     check.positive("reward_scale", integer=False)

@@ -48,6 +48,7 @@ from gazelle.algorithms.impala.loss import (
 from gazelle.algorithms.impala.popart import sigma_of
 from gazelle.losses import actor_critic
 from gazelle.losses.ppo import clipped_surrogate_loss
+from gazelle.models.value import Reduce
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ def appo_loss(
     batch: dict[str, torch.Tensor],
     settings: AppoSettings,
     keep_targets: Callable[[torch.Tensor], None] | None = None,
+    reduce: Reduce | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped-surrogate V-trace loss of a `[T+1, B]` batch (see the module docstring).
 
@@ -72,6 +74,10 @@ def appo_loss(
         batch: the unroll fields, time-major, as IMPALA's loss takes them.
         settings: IMPALA's loss settings, the clip and whether to normalise advantages.
         keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
+        reduce: sums over the run's learners (`--learners N`), each holding a share of the
+            minibatch: PopArt's statistics and the advantages' mean and std are the whole
+            minibatch's (`impala.loss.normalized`), so each learner's gradient is its share
+            of the one-learner gradient.
     """
     view = learner_view(agent, batch, settings.impala)
     log_probs = view.target_log_probs()
@@ -80,14 +86,18 @@ def appo_loss(
         keep_targets(targets.vs)
     # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
     impala = settings.impala
-    sigma = sigma_of(agent, targets.vs, impala.popart_rate, view.level) if impala.popart else 1.0
+    sigma = (
+        sigma_of(agent, targets.vs, impala.popart_rate, view.level, reduce)
+        if impala.popart
+        else 1.0
+    )
     with torch.no_grad():
         # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
         next_vs = torch.cat([targets.vs[1:], view.bootstrap_value.unsqueeze(0)], dim=0)
         advantages = (view.rewards + view.discounts * next_vs - view.values) / sigma
         raw_mean, raw_std = advantages.mean(), advantages.std()
         if settings.normalize_advantages:
-            advantages = normalized(advantages)
+            advantages = normalized(advantages, reduce)
     anchor, weights = targets.behaviour_action_log_probs, None
     if PROXIMAL_LOGITS in batch:
         with torch.no_grad():

@@ -41,3 +41,11 @@ def validate_appo(check: Checks) -> None:
         raise ConfigError(
             "minibatches", parts, f"a divisor of --batch-size ({batch} unrolls per batch)"
         )
+    learners = check.value("learners")
+    if batch is not None and parts is not None and (batch // parts) % learners:
+        raise ConfigError(
+            "minibatches",
+            parts,
+            f"one that leaves each minibatch a multiple of --learners ({learners}): "
+            f"--batch-size {batch} / {parts} = {batch // parts} unrolls",
+        )

@@ -13,14 +13,16 @@ import torch
 
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
+from gazelle.algorithms.impala.passes import reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
-from gazelle.backends import BackendRequest, Transport, build_backend
+from gazelle.backends import BackendRequest, Learners, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
 from gazelle.optim import make_optimizer, param_groups
 from gazelle.runtime.actor import ActorSpec
 from gazelle.runtime.allocator import keep_freed_memory
+from gazelle.runtime.interfaces import Collective
 from gazelle.runtime.learner import Learner, LossFn
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ class ImpalaRun:
     optimizer: torch.optim.Optimizer
     learner: Learner
     transport: Transport
+    learners: Learners | None = None  # `--learners N` > 1: ranks 1..N-1, and rank 0's group
 
     @property
     def levels(self) -> list[str]:
@@ -123,9 +126,10 @@ def make_learner(
     device: torch.device,
     loss_fn: LossFn | None = None,
     make_loss: MakeLoss = vtrace_loss,
+    collective: Collective | None = None,
 ) -> Learner:
     """The optimiser and the learner with `make_loss(config)` (IMPALA's V-trace loss) or
-    `loss_fn`, from a resolved config."""
+    `loss_fn`, from a resolved config; with `collective`, one of `--learners N`."""
     impala = config.algorithm
     assert impala.optimizer and impala.learning_rate and impala.epsilon is not None
     scale = impala.lstm_lr_scale if impala.lstm_lr_scale is not None else 1.0
@@ -138,9 +142,11 @@ def make_learner(
         eps=impala.epsilon,
     )
     loss_fn = loss_fn or make_loss(config)
+    if collective is not None:
+        loss_fn = reducing(loss_fn, collective.all_reduce_sum)
     return Learner(
         agent, optimizer, loss_fn, device, config.run.precision, impala.grad_norm_clip,
-        after_step=getattr(loss_fn, "after_step", None),
+        after_step=getattr(loss_fn, "after_step", None), collective=collective,
     )  # fmt: skip
 
 
@@ -209,14 +215,23 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     ]
 
 
+#: Starts ranks 1..N-1 of `--learners N` for a resolved config, its env probe and rank 0's
+#: device, and joins them (`impala.ranks.start`).
+StartLearners = Callable[[Config, "EnvProbe", torch.device], Learners]
+
+
 def build(
-    config: Config, loss_fn: LossFn | None = None, make_loss: MakeLoss = vtrace_loss
+    config: Config,
+    loss_fn: LossFn | None = None,
+    make_loss: MakeLoss = vtrace_loss,
+    start_learners: StartLearners | None = None,
 ) -> ImpalaRun:
     """Everything an IMPALA (or APPO) run needs; actors are built but not started.
 
     `loss_fn` replaces the V-trace loss (the algorithm seam: any `(agent, batch) -> (loss,
     metrics)` trains through the same actors, batches, optimiser, logs and checkpoints);
-    `make_loss` makes it from the resolved config (APPO's clipped surrogate)."""
+    `make_loss` makes it from the resolved config (APPO's clipped surrogate);
+    `start_learners` starts the other learners of `--learners N` > 1."""
     if not isinstance(config.algorithm, ImpalaConfig):  # why: APPO's section is one too
         raise ConfigError("algo", config.algo, "impala | appo (this is IMPALA's builder)")
     config, found, device = prepare(config)
@@ -224,13 +239,38 @@ def build(
     assert config.run.total_frames
     keep_freed_memory()  # why: the learner reallocates its big activations every step
     learner_threads(config, device)
+    agent = new_agent(config, found.obs_spec, value_levels(config, len(found.levels)), device)
+    learners = None
+    if config.run.learners > 1:
+        if start_learners is None:
+            raise ConfigError(
+                "learners", config.run.learners, "1 here (this caller starts no other learners)"
+            )
+        learners = start_learners(config, found, device)
+    try:
+        collective = learners.collective if learners is not None else None
+        learner = make_learner(config, agent, device, loss_fn, make_loss, collective)
+        transport = _transport(config, found, agent, device)
+    except BaseException:
+        if learners is not None:
+            learners.close(timeout=1.0)
+        raise
+    return ImpalaRun(config, found, device, agent, learner.optimizer, learner, transport, learners)
+
+
+def new_agent(config: Config, obs_spec: Any, levels: int, device: torch.device) -> Any:
+    """A fresh agent of a resolved config (the learner's; each learner rank's)."""
     model = config.model
     assert model.use_lstm is not None and model.init is not None  # resolved from the preset
-    agent = build_agent(
-        found.obs_spec, model.torso, model.use_lstm, model.init,
-        num_levels=value_levels(config, len(found.levels)), **model.agent_options(),
+    return build_agent(
+        obs_spec, model.torso, model.use_lstm, model.init, num_levels=levels,
+        **model.agent_options(),
     ).to(device)  # fmt: skip
-    learner = make_learner(config, agent, device, loss_fn, make_loss)
+
+
+def _transport(config: Config, found: EnvProbe, agent: Any, device: torch.device) -> Transport:
+    """The backend's actors, buffers and weights for a resolved config."""
+    assert config.algorithm.batch_size and config.actors.envs_per_actor
     slots_per_env = config.actors.slots_per_env
     assert slots_per_env is not None  # resolved with the layout (`default_slots_per_env`)
     request = BackendRequest(
@@ -248,5 +288,4 @@ def build(
         dashboard=config.actors.ray_dashboard,
         allow_tokenless=config.actors.ray_allow_tokenless,
     )
-    transport = build_backend(config.actors.backend, request)
-    return ImpalaRun(config, found, device, agent, learner.optimizer, learner, transport)
+    return build_backend(config.actors.backend, request)

@@ -5,6 +5,7 @@ transport (the backend's `Transport`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import time
 from collections.abc import Callable
@@ -13,8 +14,9 @@ from typing import Any
 import torch
 
 from gazelle.algorithms import runlock
+from gazelle.algorithms.impala import ranks
 from gazelle.algorithms.impala.build import ImpalaRun, MakeLoss, build, vtrace_loss
-from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, policy_logits_of
+from gazelle.algorithms.impala.passes import drop_stale, select_unrolls, train_on_batch
 from gazelle.algorithms.impala.report import (
     console_extras,
     describe,
@@ -34,7 +36,6 @@ from gazelle.algorithms.runstate import (
 )
 from gazelle.algorithms.stops import NonFiniteError, final_save, stop_on_os_error, warn_on_error
 from gazelle.algorithms.telemetry import Telemetry
-from gazelle.backends.local.layout import is_per_unroll
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
 from gazelle.runtime.layer_stats import StallWatch
@@ -43,65 +44,10 @@ from gazelle.runtime.memory_check import MemoryCheck, readable
 from gazelle.runtime.schedule import LinearDecay
 from gazelle.tracking import open_run_logger
 
-__all__ = ["CHECKPOINT_FILE", "NonFiniteError", "TrainResult", "train"]
-
-
-def _drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
-    """Drop unrolls whose policy is more than `max_lag` updates old (None keeps all)."""
-    if max_lag is None:
-        return batch
-    keep = (version - batch["policy_version"]) <= max_lag
-    if bool(keep.all()):
-        return batch
-    if not bool(keep.any()):
-        return None
-    return select_unrolls(batch, keep.nonzero().squeeze(1))
-
-
-def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The unrolls `index` (`[b]` integers) of a batch, every field."""
-    out = {}
-    for name, value in batch.items():
-        # why: time-major fields keep B in dim 1; per-unroll fields (state, meta) in dim 0.
-        dim = 0 if is_per_unroll(name) else 1
-        out[name] = value.index_select(dim, index.to(value.device))
-    return out
-
-
-def train_on_batch(
-    run: ImpalaRun, batch: dict[str, torch.Tensor], learning_rate: float
-) -> dict[str, Any]:
-    """The learner's steps on one batch: one (IMPALA), or `epochs` passes of `minibatches`
-    steps each on disjoint random shares of its unrolls (APPO). Metrics: the mean over the
-    steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value.
-
-    With `--normalize-obs` the batch's vector observations first join the agent's running
-    statistics (once per batch, whatever the passes: `gazelle.models.normalize`). With APPO's
-    `--clip-anchor learner` the batch then gets the learner's policy before its passes
-    (`PROXIMAL_LOGITS`, the anchor of `appo.loss`)."""
-    agent: Any = getattr(run.learner, "agent", None)
-    norms = getattr(agent, "obs_norms", None)
-    if norms:
-        agent.update_obs_stats({name: batch[name] for name in norms})
-    if getattr(run, "anchor_at_learner", False):
-        batch = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
-    epochs, minibatches = run.passes
-    if epochs == 1 and minibatches == 1:
-        return run.learner.step(batch, learning_rate)
-    size = int(batch["policy_version"].numel())
-    steps: list[dict[str, Any]] = []
-    for _ in range(epochs):
-        # why: the learner's global RNG (seeded by the run) deals the shares, so a seeded
-        # run deals them the same way again.
-        order = torch.randperm(size)
-        for share in order.chunk(minibatches):
-            steps.append(run.learner.step(select_unrolls(batch, share), learning_rate))
-    merged: dict[str, Any] = {}
-    for name in steps[0]:
-        values = [step[name] for step in steps if name in step]
-        merged[name] = sum(values) / len(values)
-    merged["learner/skipped"] = float(any(step["learner/skipped"] for step in steps))
-    return merged
+__all__ = [
+    "CHECKPOINT_FILE", "NonFiniteError", "TrainResult", "select_unrolls", "train",
+    "train_on_batch",
+]  # fmt: skip
 
 
 def train(
@@ -117,17 +63,22 @@ def train(
     `on_progress` gets a dict at every log interval; `loss_fn` replaces the V-trace loss,
     `make_loss` makes the loss from the resolved config (see `build`)."""
     check_wandb(config)
-    run = build(config, loss_fn, make_loss)
+    start = functools.partial(ranks.start, loss_fn=loss_fn, make_loss=make_loss)
+    run = build(config, loss_fn, make_loss, start)
     cfg = run.config
     logdir = cfg.run.folder()
     ckpt_path = logdir / CHECKPOINT_FILE
     counters: dict[str, Any] = {"frames": 0, "updates": 0, "episodes": 0, "returns": {}}
-    if cfg.run.resume and ckpt_path.exists():
-        counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
-        print(
-            f"gazelle: resumed from {counters['source']} at {counters['frames']:,} frames "
-            f"({counters['updates']} updates)"
-        )
+    try:
+        if cfg.run.resume and ckpt_path.exists():
+            counters = restore(ckpt_path, cfg, run.agent, run.optimizer, run.device)
+            print(
+                f"gazelle: resumed from {counters['source']} at {counters['frames']:,} frames "
+                f"({counters['updates']} updates)"
+            )
+    except BaseException:
+        ranks.close_learners(run, timeout=1.0)
+        raise
     logger = open_run_logger(
         cfg, total_frames=run.total_frames, resume_frames=counters["frames"] or None
     )
@@ -153,6 +104,12 @@ def train(
     interrupted, reached_at = False, None
     try:
         with interruptible(), stop_on_os_error():
+            if run.learners is not None:
+                # why: after the restore (a resume with any --learners starts every learner
+                # from the checkpoint, which only rank 0 reads and writes) and once the
+                # actors start, so the learners build their agents while the actors do.
+                with ranks.learner_faults(run):
+                    ranks.send_start(run.learners.collective, run.agent, run.optimizer)
             reached_at = _loop(run, state, prefetcher, logger, timings, telemetry, on_progress)
     except KeyboardInterrupt:
         interrupted = True
@@ -160,6 +117,7 @@ def train(
     finally:
         if not prefetcher.close():
             print("gazelle: the learner's prefetch thread did not stop within 10 s", flush=True)
+        ranks.close_learners(run)
         transport.fleet.close()
         # why: the events actors sent while the loop ended still carry finished episodes.
         telemetry.consume(transport.fleet.poll(), state.frames)
@@ -257,7 +215,7 @@ def _loop(
         t1 = time.perf_counter()
         timings.add("learner_wait", t1 - t0)
         lag = state.updates - batch["policy_version"]
-        kept = _drop_stale(batch, state.updates, cfg.algorithm.max_policy_lag)
+        kept = drop_stale(batch, state.updates, cfg.algorithm.max_policy_lag)
         state.stale_unrolls += int(lag.numel()) - (
             0 if kept is None else int(kept["policy_version"].numel())
         )
@@ -265,7 +223,8 @@ def _loop(
         if kept is None:
             continue
         lr = state.schedule(state.frames)
-        metrics = train_on_batch(run, kept, lr)
+        with ranks.learner_faults(run):
+            metrics = train_on_batch(run, kept, lr)
         state.frames += frames_per_unroll * int(kept["policy_version"].numel())
         if metrics["learner/skipped"]:
             report_nonfinite(run, state.frames)
@@ -327,6 +286,8 @@ def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tenso
         # why: short waits, so a dead inference server (no more unrolls) fails the run
         # with its own error instead of a learner timeout much later.
         run.transport.fleet.check()
+        if run.learners is not None:
+            run.learners.check()
         if time.monotonic() - start > 1.0:
             # why: actors are otherwise replaced after a batch only; without this a run
             # whose every actor died before the first batch would wait for nothing.

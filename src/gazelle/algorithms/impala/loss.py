@@ -13,6 +13,7 @@ import torch
 from gazelle.algorithms.impala.popart import batch_levels, sigma_of
 from gazelle.distributions import ActionDistribution
 from gazelle.losses import actor_critic, vtrace
+from gazelle.models.value import Reduce
 
 
 @dataclass(frozen=True)
@@ -96,15 +97,26 @@ class LearnerView:
         )
 
 
-def normalized(advantages: torch.Tensor) -> torch.Tensor:
-    """`advantages` `[T, B]` scaled to mean 0 and std 1 over the batch (no gradient).
+def normalized(advantages: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
+    """`advantages` `[T, B]` scaled to mean 0 and std 1 over the batch (no gradient). With
+    `reduce` (`--learners N`: each learner holds a share of the batch), the mean and the
+    (unbiased) std are the whole batch's, summed over the learners in two passes.
 
     why: the entropy term's weight is a fixed number, the policy term's size is the
     advantages'; on a dense reward (-1 per step, a return of -50 before the baseline has
     learned it) the policy term was ~1,000x the entropy term's and the policy went
     deterministic within ~100 updates (docs/results.md, "ViZDoom").
     """
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    if reduce is None:
+        return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    sums = torch.stack([advantages.new_tensor(float(advantages.numel())), advantages.sum()])
+    reduce(sums)
+    count, mean = sums[0], sums[1] / sums[0]
+    # why: the second pass, around the whole batch's mean, as torch's std (no cancellation).
+    squares = (advantages - mean).square().sum()
+    reduce(squares)
+    std = (squares / (count - 1).clamp(min=1)).sqrt()
+    return (advantages - mean) / (std + 1e-8)
 
 
 def _unroll(agent: Any, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor | None]:
@@ -170,12 +182,13 @@ def in_sigma_units(
     targets: vtrace.VTraceFromLogitsReturns,
     rate: float,
     level: torch.Tensor | None = None,
+    reduce: Reduce | None = None,
 ) -> tuple[torch.Tensor, vtrace.VTraceFromLogitsReturns]:
     """`values` `[T, B]`, the targets' `vs` and `pg_advantages` divided by the value head's
     sigma (PopArt, `gazelle.algorithms.impala.popart`; each unroll's level's, `level` `[B]`):
     (vs - v) / sigma is the normalised target minus the normalised value, (vs - mu) / sigma -
     n(x), whatever mu."""
-    sigma = sigma_of(agent, targets.vs, rate, level)
+    sigma = sigma_of(agent, targets.vs, rate, level, reduce)
     scaled = targets._replace(vs=targets.vs / sigma, pg_advantages=targets.pg_advantages / sigma)
     return values / sigma, scaled
 
@@ -185,6 +198,7 @@ def impala_loss(
     batch: dict[str, torch.Tensor],
     settings: LossSettings,
     keep_targets: Callable[[torch.Tensor], None] | None = None,
+    reduce: Reduce | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The V-trace actor-critic loss of a `[T+1, B]` batch of unrolls (summed, as the seed).
 
@@ -196,6 +210,9 @@ def impala_loss(
         settings: discount, loss weights, reward scale and clipping, V-trace's lambda,
             advantage normalisation and PopArt (both terms in units of the value head's sigma).
         keep_targets: given the V-trace targets `vs` `[T, B]` (PopArt's statistics).
+        reduce: sums over the run's learners (`--learners N`), each holding a share of the
+            batch: the batch's statistics (PopArt's, the advantages' normalisation) are then
+            the whole batch's; the loss itself is a sum, so the learners' gradients add up.
     """
     view = learner_view(agent, batch, settings)
     log_probs = view.target_log_probs()
@@ -204,9 +221,11 @@ def impala_loss(
         keep_targets(targets.vs)
     values, raw_vs = view.values, targets.vs
     if settings.popart:
-        values, targets = in_sigma_units(agent, values, targets, settings.popart_rate, view.level)
+        values, targets = in_sigma_units(
+            agent, values, targets, settings.popart_rate, view.level, reduce
+        )
     if settings.normalize_advantages:
-        targets = targets._replace(pg_advantages=normalized(targets.pg_advantages))
+        targets = targets._replace(pg_advantages=normalized(targets.pg_advantages, reduce))
     total, metrics = actor_critic.impala_loss(
         target_action_log_probs=log_probs,
         entropy=view.entropy(),

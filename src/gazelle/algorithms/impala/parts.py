@@ -22,7 +22,8 @@ def measure_parts(config: Config, seconds: float, rounds: int = 3) -> dict[str, 
     from gazelle.algorithms.impala.build import build
 
     threads = torch.get_num_threads()
-    run = build(config)  # builds the run's agent/learner; actors are not started
+    # why: a part's cost is one learner's on one core, whatever --learners the run has
+    run = build(config.replace(learners=1))  # the agent/learner; actors are not started
     torch.set_num_threads(1)
     try:
         cfg = run.config

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gazelle.models.value import ValueHead, sigma_from
+from gazelle.models.value import Reduce, ValueHead, sigma_from
 
 #: `(agent, batch, keep_targets) -> (loss, metrics)`; the loss hands its V-trace targets
 #: (`vs` `[T, B]`, reward units) to `keep_targets`.
@@ -43,13 +43,18 @@ def batch_levels(agent: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tens
 
 
 def sigma_of(
-    agent: nn.Module, targets: torch.Tensor, rate: float, level: torch.Tensor | None = None
+    agent: nn.Module,
+    targets: torch.Tensor,
+    rate: float,
+    level: torch.Tensor | None = None,
+    reduce: Reduce | None = None,
 ) -> torch.Tensor:
     """The value head's sigma once this batch's `targets` `[T, B]` are in its statistics,
     detached (a constant of the loss): `[1]`, or each unroll's level's `[B]` when `level`
     `[B]` is given. The statistics themselves move after the optimiser step
-    (`PopArtLoss.after_step`): the same step, so the loss's sigma is the new one."""
-    sigma = value_head(agent).sigma_with(targets, rate, level).detach()
+    (`PopArtLoss.after_step`): the same step, so the loss's sigma is the new one. `reduce`:
+    the batch's targets are shared among learners (`ValueHead.moments_with`)."""
+    sigma = value_head(agent).sigma_with(targets, rate, level, reduce).detach()
     return sigma if level is None else sigma[level.to(sigma.device)]
 
 
@@ -58,11 +63,13 @@ class PopArtLoss:
     step the value head's statistics take a step `rate` towards that batch's targets.
 
     `Learner` calls `after_step(agent)` after every applied update (never after a skipped
-    one), so the statistics move once per optimiser step, as the weights do.
+    one), so the statistics move once per optimiser step, as the weights do. With `reduce`
+    (`--learners N`), each learner's `loss` holds a share of the batch, and the statistics
+    are the whole batch's on every learner.
     """
 
-    def __init__(self, loss: TargetsLoss, rate: float) -> None:
-        self.loss, self.rate = loss, rate
+    def __init__(self, loss: TargetsLoss, rate: float, reduce: Reduce | None = None) -> None:
+        self.loss, self.rate, self.reduce = loss, rate, reduce
         self._targets: torch.Tensor | None = None
         self._level: torch.Tensor | None = None
 
@@ -77,7 +84,7 @@ class PopArtLoss:
         self._level = batch_levels(agent, batch)
         if self._targets is not None:
             head = value_head(agent)
-            mu, nu, _ = head.moments_with(self._targets, self.rate, self._level)
+            mu, nu, _ = head.moments_with(self._targets, self.rate, self._level, self.reduce)
             sigma = sigma_from(mu, nu)
             if head.num_levels == 1:
                 metrics["popart/mu"], metrics["popart/sigma"] = mu[0], sigma[0]
@@ -89,5 +96,5 @@ class PopArtLoss:
 
     def after_step(self, agent: nn.Module) -> None:
         if self._targets is not None:
-            value_head(agent).update(self._targets, self.rate, self._level)
+            value_head(agent).update(self._targets, self.rate, self._level, self.reduce)
             self._targets = None

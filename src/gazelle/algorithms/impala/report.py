@@ -95,10 +95,13 @@ def describe(run: ImpalaRun) -> str:
             f"epochs={epochs} minibatches={minibatches} clip={section.clip_ratio:g} "
             f"lambda={section.vtrace_lambda:g} "
         )
+    learners = cfg.run.learners
+    # why: B stays the batch of one update; each learner trains on B/N of it.
+    share = f" learners={learners} (B/{learners} each)" if learners > 1 else ""
     return (
         f"gazelle: {cfg.algo} on {env.id}{atari}: model={model_words(cfg)} "
         f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
-        f"inference={cfg.actors.inference} device={run.device} B={run.batch_size} "
+        f"inference={cfg.actors.inference} device={run.device}{share} B={run.batch_size} "
         f"T={run.unroll_length} optimizer={cfg.algorithm.optimizer} lr={run.learning_rate:g} "
         f"eps={cfg.algorithm.epsilon:g} entropy={cfg.algorithm.entropy_cost:g} {appo}"
         f"preset={cfg.algorithm.preset} total_frames={run.total_frames:,}"

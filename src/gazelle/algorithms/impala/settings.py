@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gazelle.config.errors import ConfigError
 from gazelle.config.validation import OPTIMIZER_CHOICES, REWARD_CLIPPING_CHOICES, Checks
 
 
@@ -92,3 +93,14 @@ def validate_impala(check: Checks) -> None:
     check.positive("reward_scale", integer=False)
     check.positive("popart_rate", integer=False)
     check.in_range("popart_rate", 0.0, 1.0)
+    learners, batch = check.value("learners"), check.value("batch_size")
+    if isinstance(learners, int) and learners > 1:
+        if batch is not None and batch % learners:
+            raise ConfigError(
+                "batch_size", batch, f"a multiple of --learners ({learners}: each takes 1/N)"
+            )
+        if check.value("max_policy_lag") is not None:
+            # why: a batch with stale unrolls dropped would not split evenly (not done yet)
+            raise ConfigError(
+                "max_policy_lag", check.value("max_policy_lag"), f"unset with --learners {learners}"
+            )

@@ -2,7 +2,8 @@
 slot indices travel through a queue), weights in one shared flat tensor, and optionally the
 central inference server as a thread of the learner's process. Workers (A3C's) are
 processes running the work they are handed (`TaskFleet`), with the parameter store in this
-process, handed to each of them (its tensors in shared memory)."""
+process, handed to each of them (its tensors in shared memory). Learners 2..N of a run with
+`--learners N` are spawned processes joined with the trainer's (`learners.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gazelle.backends.local.buffers import SlotLayout, UnrollBuffers
 from gazelle.backends.local.channels import StopFlag
 from gazelle.backends.local.fleet import LocalFleet
 from gazelle.backends.local.inference import InferenceChannels, InferenceServer
+from gazelle.backends.local.learners import build_learners
 from gazelle.backends.local.params import ParamStore
 from gazelle.backends.local.process import TaskFleet
 from gazelle.config.registry import Backend
@@ -90,4 +92,6 @@ def build_workers(request: WorkerRequest) -> Workers:
 
 
 #: The local backend, as `gazelle.config.registry` knows it: actors on this machine's cores.
-LOCAL = Backend(name="local", build=build, build_workers=build_workers)
+LOCAL = Backend(
+    name="local", build=build, build_workers=build_workers, build_learners=build_learners
+)

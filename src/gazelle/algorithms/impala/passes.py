@@ -1,0 +1,196 @@
+"""The learner's passes over one batch (IMPALA: one step; APPO: `epochs` x `minibatches`),
+and how `--learners N` share them: every learner gets the whole batch from rank 0 (one
+broadcast) with the order of its passes, and each step trains on its 1/N of the step's
+unrolls; the learners' gradients are summed (`Learner`), so each step is the one learner's
+on the whole step's unrolls."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Protocol
+
+import torch
+
+from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, policy_logits_of
+from gazelle.algorithms.impala.popart import PopArtLoss
+from gazelle.backends.local.layout import is_per_unroll
+from gazelle.models.value import Reduce
+from gazelle.runtime.interfaces import Collective
+from gazelle.runtime.learner import Learner, LossFn
+
+
+class Passes(Protocol):
+    """What the passes read of a run (`ImpalaRun`, or a learner rank's own)."""
+
+    learner: Learner
+
+    @property
+    def passes(self) -> tuple[int, int]: ...
+
+    @property
+    def anchor_at_learner(self) -> bool: ...
+
+
+def reducing(loss_fn: Any, reduce: Reduce) -> LossFn:
+    """`loss_fn` with the batch's statistics summed over the learners (`--learners N`): a
+    loss taking `reduce` (IMPALA's, APPO's), inside PopArt's statistics too; a loss that
+    takes none (a user's) is returned as it is, its statistics its own share's."""
+    if isinstance(loss_fn, PopArtLoss):
+        return PopArtLoss(reducing(loss_fn.loss, reduce), loss_fn.rate, reduce)
+    try:
+        takes = "reduce" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return functools.partial(loss_fn, reduce=reduce) if takes else loss_fn
+
+
+def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The unrolls `index` (`[b]` integers) of a batch, every field."""
+    out = {}
+    for name, value in batch.items():
+        # why: time-major fields keep B in dim 1; per-unroll fields (state, meta) in dim 0.
+        dim = 0 if is_per_unroll(name) else 1
+        out[name] = value.index_select(dim, index.to(value.device))
+    return out
+
+
+def drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
+    """Drop unrolls whose policy is more than `max_lag` updates old (None keeps all)."""
+    if max_lag is None:
+        return batch
+    keep = (version - batch["policy_version"]) <= max_lag
+    if bool(keep.all()):
+        return batch
+    if not bool(keep.any()):
+        return None
+    return select_unrolls(batch, keep.nonzero().squeeze(1))
+
+
+def train_on_batch(
+    run: Passes,
+    batch: dict[str, torch.Tensor],
+    learning_rate: float,
+    orders: list[torch.Tensor] | None = None,
+) -> Any:
+    """The learner's steps on one batch: one (IMPALA), or `epochs` passes of `minibatches`
+    steps each on disjoint random shares of its unrolls (APPO). Metrics: the mean over the
+    steps taken; `learner/skipped` 1 if any step was skipped for a non-finite value.
+
+    With `--normalize-obs` the batch's vector observations first join the agent's running
+    statistics (once per batch, whatever the passes: `gazelle.models.normalize`). With APPO's
+    `--clip-anchor learner` the batch then gets the learner's policy before its passes
+    (`PROXIMAL_LOGITS`, the anchor of `appo.loss`). With `--learners N` (rank 0 calls this),
+    the batch, its learning rate and its order go to the other learners first (`share`).
+
+    `orders`: each pass's order of the unrolls; None: dealt from the learner's global RNG
+    (seeded by the run, so a seeded run deals them the same way again), with one learner
+    one pass at a time as ever (the learner's steps draw from it too), with several all
+    first, by rank 0 for every learner."""
+    epochs, minibatches = run.passes
+    group = getattr(run.learner, "collective", None)
+    if group is not None:
+        if orders is None and (epochs, minibatches) != (1, 1):
+            size = int(batch["policy_version"].numel())
+            orders = [torch.randperm(size) for _ in range(epochs)]
+        share(group, batch, learning_rate, orders)
+    return passes(run, batch, learning_rate, orders)
+
+
+def passes(
+    run: Passes,
+    batch: dict[str, torch.Tensor],
+    learning_rate: float,
+    orders: list[torch.Tensor] | None,
+) -> dict[str, Any]:
+    """The steps of `train_on_batch` in the order `orders` (None: dealt here, see there), on
+    this learner's share of each step's unrolls."""
+    agent: Any = getattr(run.learner, "agent", None)
+    norms = getattr(agent, "obs_norms", None)
+    if norms:
+        # why: every learner holds the whole batch, so each moves its statistics alike.
+        agent.update_obs_stats({name: batch[name] for name in norms})
+    if getattr(run, "anchor_at_learner", False):
+        batch = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
+    group = getattr(run.learner, "collective", None)
+    epochs, minibatches = run.passes
+    if (epochs, minibatches) == (1, 1) and group is None:
+        return run.learner.step(batch, learning_rate)
+    size = int(batch["policy_version"].numel())
+    steps: list[dict[str, Any]] = []
+    for epoch in range(epochs):
+        if orders is not None:
+            order = orders[epoch]
+        else:
+            one_pass = (epochs, minibatches) == (1, 1)
+            order = torch.arange(size) if one_pass else torch.randperm(size)
+        for minibatch in order.chunk(minibatches):
+            # why: validation made every minibatch a multiple of the learners, so the
+            # shares are equal and none is empty (every learner joins every sum).
+            mine = minibatch if group is None else minibatch.chunk(group.size)[group.rank]
+            steps.append(run.learner.step(select_unrolls(batch, mine), learning_rate))
+    merged = steps[0]
+    if len(steps) > 1:
+        merged = {}
+        for name in steps[0]:
+            values = [step[name] for step in steps if name in step]
+            merged[name] = sum(values) / len(values)
+        merged["learner/skipped"] = float(any(step["learner/skipped"] for step in steps))
+    return merged if group is None else over_learners(group, merged)
+
+
+def over_learners(group: Collective, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A batch's metrics over the learners, as one learner's on the whole batch would read:
+    the losses (`losses/*`, sums over the unrolls) summed, every other metric the mean of
+    the learners' (the same number where it is already the batch's: the gradient norm, the
+    layers' update ratios; the mean of the shares' otherwise, e.g. explained variance).
+
+    why: one call per batch; every learner ran the same code on the same agent, so the
+    same names, in the same (sorted) order."""
+    names = sorted(metrics)
+    values = torch.stack(
+        [torch.as_tensor(metrics[name], dtype=torch.float64).reshape(()).cpu() for name in names]
+    ).to(group.device)
+    group.all_reduce_sum(values)
+    summed = dict(zip(names, values.cpu().tolist(), strict=True))
+    return {name: value if _is_sum(name) else value / group.size for name, value in summed.items()}
+
+
+def _is_sum(name: str) -> bool:
+    """A metric that is a sum over the batch's unrolls (the loss terms)."""
+    return name.startswith("losses/") and name != "losses/grad_norm"
+
+
+def share(
+    group: Collective,
+    batch: dict[str, torch.Tensor],
+    learning_rate: float,
+    orders: list[torch.Tensor] | None,
+) -> None:
+    """Rank 0: the batch's header (learning rate, order, fields) as a message, then its
+    fields as one byte buffer broadcast to every learner (`receive` on the others)."""
+    fields = [(name, value.dtype, tuple(value.shape)) for name, value in batch.items()]
+    group.post({"lr": learning_rate, "orders": orders, "fields": fields})
+    # why: one call for the batch; each field's bytes, as uint8, one after the other.
+    flat = torch.cat([value.contiguous().view(-1).view(torch.uint8) for value in batch.values()])
+    group.broadcast(flat)
+
+
+def receive(
+    group: Collective, device: torch.device
+) -> tuple[dict[str, torch.Tensor], float, list[torch.Tensor] | None] | None:
+    """Ranks > 0: the next batch rank 0 shares, its learning rate and order; None: stop."""
+    header = group.next_message()
+    if header is None:
+        return None
+    sizes = []
+    for _, dtype, shape in header["fields"]:
+        count = int(torch.Size(shape).numel())
+        sizes.append(count * torch.empty((), dtype=dtype).element_size())
+    flat = torch.empty(sum(sizes), dtype=torch.uint8, device=device)
+    group.broadcast(flat)
+    batch = {}
+    for (name, dtype, shape), part in zip(header["fields"], flat.split(sizes), strict=True):
+        # why: a copy, so each field starts where its dtype's alignment wants it.
+        batch[name] = part.clone().view(dtype).view(shape)
+    return batch, float(header["lr"]), header["orders"]

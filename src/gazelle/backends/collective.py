@@ -1,0 +1,213 @@
+"""The learners' process group (`--learners N`) on torch.distributed: what every backend that
+runs several learners shares (the local backend's processes now; Ray's learner actors
+next), whatever starts the processes and wherever the rendezvous is.
+
+- Rendezvous: a `TCPStore` served by rank 0 on a socket it binds itself (`listen`), so it
+  listens on the address given (127.0.0.1 for a one-machine run) and not on every interface,
+  as a store that binds its own port does (measured: torch 2.13's listens on `*:port`).
+- Collectives: gloo on CPU (its sockets on the loopback interface for a one-machine run,
+  `GLOO_SOCKET_IFNAME`), NCCL when each learner has its own GPU; every call has the group's
+  timeout, and a member that dies breaks the others' calls at once (a closed connection).
+- Messages: rank 0 posts each batch's header in the store; the others wait for it there,
+  as long as rank 0 lives (docs/distributed.md).
+- Start-up: spawning a learner and building its agent take seconds on a busy machine, far
+  more than a step's collective call; the learners' start is bounded by `START_TIMEOUT_S`
+  (or the group's timeout if longer), and a `barrier` in the store, which names the
+  learners that did not come, separates it from the steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gazelle.errors import RunError
+
+#: The store key of rank 0's `k`-th message (`ProcessGroupCollective.post`).
+MESSAGE_KEY = "gazelle/message/{}"
+#: The store key of a learner's arrival at the `k`-th barrier.
+BARRIER_KEY = "gazelle/barrier/{}/{}"
+#: The least time the learners get to start and reach their first barrier (a process's
+#: spawn and torch's import on a busy machine; as the actors' start allowance).
+START_TIMEOUT_S = 120.0
+
+
+def start_timeout(timeout_s: float) -> float:
+    """The learners' start-up bound for a group whose calls time out after `timeout_s`."""
+    return max(timeout_s, START_TIMEOUT_S)
+
+
+class LearnerLost(RunError):
+    """A learner of the run died or stopped answering; `str()` names it, in one line."""
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name (`lo` on Linux, `lo0` on macOS): gloo's sockets bind
+    to it, so a one-machine run's learners never listen beyond this machine."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((name for name in ("lo", "lo0") if name in names), "lo")
+
+
+def listen(host: str) -> socket.socket:
+    """A listening TCP socket on `host` and a free port the kernel picks (port 0)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind((host, 0))
+    server.listen(128)
+    return server
+
+
+def serve_store(server: socket.socket, size: int, timeout_s: float) -> dist.TCPStore:
+    """Rank 0's store, served on `server` (`listen`): its address is the socket's."""
+    host, port = server.getsockname()[:2]
+    return dist.TCPStore(
+        host,
+        port,
+        size,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+        # why: the store takes the socket over (bound where we chose); detached, Python's
+        # socket object never closes the descriptor under it.
+        master_listen_fd=server.detach(),
+    )
+
+
+def client_store(host: str, port: int, size: int, timeout_s: float) -> dist.TCPStore:
+    """A learner's connection to rank 0's store."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, port, size, is_master=False, timeout=timeout)
+
+
+class ProcessGroupCollective:
+    """One learner's side of the group (`gazelle.runtime.interfaces.Collective`).
+
+    Args:
+        store: rank 0's store (`serve_store`) or a connection to it (`client_store`).
+        rank, size: this learner's rank and the number of learners.
+        device: this learner's device (cuda: NCCL; else gloo).
+        timeout_s: the longest any collective call waits for the others.
+        check: raises `LearnerLost` when a learner this one waits for is gone (rank 0: a
+            dead learner process; the others: rank 0 gone); called in every wait on the
+            store (messages, barriers).
+        gloo_interface: the network interface gloo's sockets bind (one machine: loopback);
+            None: `GLOO_SOCKET_IFNAME`, else the host name's address, as gloo decides.
+    """
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        device: torch.device,
+        timeout_s: float,
+        check: Callable[[], None] = lambda: None,
+        gloo_interface: str | None = None,
+    ) -> None:
+        self._rank, self._size, self._device = rank, size, device
+        self._store, self._check, self.timeout_s = store, check, timeout_s
+        self._sent = self._received = self._barriers = 0
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+        elif gloo_interface is not None:
+            # why: without it gloo binds the address the host name resolves to, which
+            # other machines may reach; one machine's learners need loopback only. A
+            # user's own GLOO_SOCKET_IFNAME names an address and is kept.
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", gloo_interface)
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            store=store,
+            rank=rank,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        dist.broadcast(tensor, src=0)
+
+    def barrier(self) -> None:
+        """Every learner waits here until all have come, at most `start_timeout` (then
+        `LearnerLost` naming the missing ones); a learner that died ends the wait at once."""
+        # why: in the store, not a collective call: its wait is the start-up's bound, not the
+        # steps', and it can name who is missing (gloo's barrier cannot; NCCL has none).
+        key = BARRIER_KEY.format(self._barriers, "{}")
+        self._barriers += 1
+        self._store.set(key.format(self._rank), "1")
+        keys = [key.format(rank) for rank in range(self._size)]
+        wait_for_keys(self._store, keys, start_timeout(self.timeout_s), self._check)
+
+    def post(self, message: Any) -> None:
+        """Rank 0: the next message for the others (tensors, numbers, text, dtypes, in
+        lists, tuples and dicts: a batch's header, the start state; None: stop); it waits
+        for no one."""
+        buffer = io.BytesIO()
+        torch.save(message, buffer)
+        # why: torch's stub says str; the store takes bytes as they are (binary values).
+        self._store.set(MESSAGE_KEY.format(self._sent), buffer.getvalue())  # type: ignore[arg-type]
+        self._sent += 1
+
+    def next_message(self) -> Any:
+        """Ranks > 0: rank 0's next message, waited for as long as rank 0 lives.
+
+        why: rank 0 may wait minutes for its actors' first batch or write a checkpoint
+        between two batches; no timeout fits that, so the wait is bounded by rank 0's life
+        instead of by the group's timeout. A poll, backing off from 0.5 ms to 10 ms: the
+        next batch usually follows the last step at once (the store's own timed wait logs
+        a warning at every timeout)."""
+        key = MESSAGE_KEY.format(self._received)
+        delay = 0.0005
+        while not self._store.check([key]):
+            self._check()
+            time.sleep(delay)
+            delay = min(0.01, delay * 2)
+        self._received += 1
+        # why: anyone on this machine can reach the store (it has no token); what is read
+        # from it is never unpickled, only loaded as plain data and tensors.
+        return torch.load(io.BytesIO(self._store.get(key)), weights_only=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def wait_for_keys(
+    store: dist.Store, keys: list[str], timeout_s: float, check: Callable[[], None]
+) -> None:
+    """Wait until `store` holds `keys`, calling `check()` (raises when a learner died) every
+    0.1 s; `LearnerLost` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    # why: a poll, not the store's blocking wait: between two looks it sees a learner die
+    while not store.check(keys):
+        check()
+        if time.monotonic() > deadline:
+            missing = [key.rsplit("/", 1)[-1] for key in keys if not store.check([key])]
+            raise LearnerLost(
+                f"learner {', '.join(missing)} did not start within {timeout_s:.0f} s "
+                "(at least --learner-timeout-s); the run stops"
+            )
+        time.sleep(0.1)
