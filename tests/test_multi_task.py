@@ -95,11 +95,27 @@ def test_the_last_progress_row_has_the_scores_and_test_mode_plays_each_level_onc
 
 @pytest.mark.slow
 def test_the_last_a3c_progress_row_has_the_scores(small_config, tmp_path):
-    config = small_config(
-        algo="a3c", env=REPEATED, num_actors=3, total_frames=2_000, log_interval_s=1000.0
-    )
-    a3c.train(config)
-    _check_last_row(_last_row(tmp_path))
+    """As IMPALA's: the row written as the run stops has the summary score.
+
+    The summary needs a game on every level. CartPole-v0 has one worker of three, and the
+    workers are asynchronous: on a loaded box the other two have once played all 2,000
+    frames before it started (a row with 136 CartPole-v1 games and none of v0). That is
+    the run's input, not the behaviour checked here, so a run where a level had no game is
+    made again (at most three runs); the row of the first run where both played is
+    checked in full."""
+    for attempt in range(3):
+        logdir = tmp_path / f"run{attempt}"
+        config = small_config(
+            algo="a3c", env=REPEATED, num_actors=3, total_frames=2_000,
+            log_interval_s=1000.0, logdir=str(logdir),
+        )  # fmt: skip
+        a3c.train(config)
+        row = _last_row(logdir)
+        if all(row.get(f"episodes/{level}") for level in ("CartPole-v1", "CartPole-v0")):
+            break
+    else:
+        pytest.fail(f"in 3 runs, a level never ended a game; the last row: {row}")
+    _check_last_row(row)
 
 
 @pytest.fixture
