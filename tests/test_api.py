@@ -370,7 +370,7 @@ def test_every_public_name_is_the_same_object_on_every_access():
 def test_train_without_a_logdir_starts_a_fresh_folder_each_call(tmp_path, monkeypatch, capsys):
     """As `gazelle train`: no logdir named, a new `runs/<env>-<time>` folder per call, so
     that a second call in the same second does not resume the first (it was `runs/default`
-    for the API, and two calls resumed each other)."""
+    for the API, and two calls resumed each other); naming one of them continues it."""
     monkeypatch.chdir(tmp_path)
     settings = dict(env="CartPole-v1", num_actors=1, envs_per_actor=2, batch_size=2,
                     unroll_length=10, total_frames=400)  # fmt: skip
@@ -386,3 +386,13 @@ def test_train_without_a_logdir_starts_a_fresh_folder_each_call(tmp_path, monkey
             "logdir"
         ] == str(result.logdir)
     assert "resumed" not in capsys.readouterr().out
+    # A mapping naming only a saved run's logdir and a new budget continues that run with
+    # its saved settings, as `gazelle train --logdir DIR --total-frames N` (before, the
+    # names it left out took the defaults: 8 envs per actor, batches of 16 unrolls of 20).
+    more = gazelle.train({"logdir": str(first.logdir), "total_frames": 800})
+    assert more.frames >= 800 and "resumed from" in capsys.readouterr().out
+    saved = json.loads((tmp_path / first.logdir / "config.json").read_text())
+    assert saved["run"]["total_frames"] == 800
+    assert (saved["actors"]["envs_per_actor"], saved["impala"]["batch_size"]) == (2, 2)
+    assert saved["impala"]["unroll_length"] == 10
+

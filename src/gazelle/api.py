@@ -51,7 +51,9 @@ def train(
             names of `gazelle train --help` with underscores), or None for the defaults. A
             mapping without "algo" gets `gazelle train`'s choice (a named preset's
             algorithm, else appo for ViZDoom ids, impala otherwise); a Config's `algo` is
-            impala unless set.
+            impala unless set. A mapping whose "logdir" holds a run to resume continues
+            that run: its saved settings, the mapping's on top (as `gazelle train --logdir
+            DIR`; where it runs, backend and Ray address, is never taken from the folder).
         on_progress: called with each progress row (the dict written to progress.jsonl) at
             every `log_interval_s`.
         loss_fn: `(agent, batch) -> (loss, metrics)`, replacing IMPALA's V-trace loss (the
@@ -73,14 +75,7 @@ def train(
     if config is None:
         config = Config()
     elif isinstance(config, Mapping):
-        # why: as `gazelle train` without --algo: a mapping that names no algorithm gets the
-        # env family's (APPO for ViZDoom); a Config's algo is always set (impala unless given).
-        values = {**config, **overrides}
-        if "algo" not in values:
-            values["algo"] = default_algo(
-                str(values.get("env") or Config().env.id), values.get("preset")
-            )
-        config, overrides = Config.from_flat(values), {}
+        config, overrides = _from_mapping({**config, **overrides}), {}
     elif not isinstance(config, Config):
         raise TypeError(
             f"config {config!r}: not a gazelle config; allowed: gazelle.Config (e.g. "
@@ -102,3 +97,21 @@ def train(
     result = algorithm.train(config, on_progress, loss_fn=loss_fn)
     assert isinstance(result, TrainResult)
     return result
+
+
+def _from_mapping(values: dict[str, Any]) -> Config:
+    """The config of a mapping of flat names, as `gazelle train` makes it of its flags."""
+    from gazelle.algorithms.continuing import continue_saved
+
+    # why: as `gazelle train --logdir DIR`: a logdir holding a run continues that run's
+    # settings, so a mapping names only what it changes (the budget, say).
+    continued = continue_saved(values, values.get("algo"))
+    if continued is not None:
+        return continued
+    # why: as `gazelle train` without --algo: a mapping that names no algorithm gets the
+    # env family's (APPO for ViZDoom); a Config's algo is always set (impala unless given).
+    if "algo" not in values:
+        values["algo"] = default_algo(
+            str(values.get("env") or Config().env.id), values.get("preset")
+        )
+    return Config.from_flat(values)

@@ -76,30 +76,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def saved_run(values: dict[str, Any]) -> Config | None:
-    """The config of the run that `--logdir` holds and this command would resume (a
-    checkpoint and a readable `config.json` there, and no `--no-resume`); else None."""
-    import json
-    from pathlib import Path
-
-    from gazelle.algorithms.runstate import CONFIG_FILE, saved_config
-
-    if "logdir" not in values or values.get("resume") is False:
-        return None
-    logdir = Path(str(values["logdir"]))
-    if not (logdir / "checkpoint.pt").is_file():
-        return None
-    try:
-        return saved_config(json.loads((logdir / CONFIG_FILE).read_text()))
-    except (OSError, ValueError, TypeError, ConfigError):
-        return None  # why: the preflight check names what is wrong with the directory
-
-
-#: Where a run goes: never taken from a saved config, so that a copied run folder cannot
-#: send this machine's token to the cluster it names (the user names them again).
-PLACEMENT = ("backend", "ray_address", "ray_dashboard", "ray_allow_tokenless")
-
-
 def config_from_args(args: argparse.Namespace) -> Config:
     """The config of the flags given; a flag left out keeps the field's default, or, when
     `--logdir` holds a run to resume, that run's setting (its algorithm, env, budget, ...:
@@ -119,18 +95,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         from_file = read_settings(args.config, algo_given)
         algo_given = algo_given or from_file.pop("algo", None)
         values = {**from_file, **values}
-    saved = saved_run(values)
-    if saved is not None and algo_given in (None, saved.algo):
-        from gazelle.algorithms.imports import check_saved
+    from gazelle.algorithms.continuing import continue_saved
 
-        kept = {k: v for k, v in saved.flat().items() if k not in PLACEMENT}
-        _say_placement_not_restored(saved, values)
-        # why: the saved settings are the resolved ones (layout, preset values), so the run
-        # continues as it was; a flag given still wins (the preflight refuses a changed env).
-        config = Config.from_flat({**kept, **values})
-        taken = [name for name in ("model", "env") if name not in given]  # saved or a file's
-        check_saved(config, values["logdir"], getattr(args, "allow_import", None) or (), taken)
-        return config
+    allow = getattr(args, "allow_import", None) or ()
+    continued = continue_saved(values, algo_given, allow, given)
+    if continued is not None:
+        return continued
     env = str(values.get("env") or Config().env.id)
     algo = algo_given or default_algo(env, values.get("preset"))
     registry.algorithm(algo)  # why: an unknown name fails here, in one line naming the known
@@ -144,22 +114,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
         taken = [name for name in ("model", "env") if name in from_file and name not in given]
         check_saved(config, args.config, getattr(args, "allow_import", None) or (), taken)
     return config
-
-
-def _say_placement_not_restored(saved: Config, values: dict[str, Any]) -> None:
-    """One line when the run was saved with a backend, cluster or dashboard that this
-    command does not name again (it runs where the command says, by default here)."""
-    default = Config()
-    dropped = [
-        f"--{name.replace('_', '-')} {saved.get(name)}"
-        for name in PLACEMENT
-        if name not in values and saved.get(name) != default.get(name)
-    ]
-    if dropped:
-        print(
-            f"gazelle: the run was saved with {' '.join(dropped)}; a resume takes where to run "
-            "from this command only (name them again to use them)"
-        )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
