@@ -98,16 +98,18 @@ def test_a_checkpoint_of_one_group_resumes_into_the_lstm_groups(kind):
 
 @pytest.mark.learning
 @pytest.mark.slow
-def test_the_lstm_policy_stays_near_its_actors_on_cartpole(tmp_path):
+def test_the_lstm_policy_stays_near_its_actors_on_cartpole(tmp_path, capsys):
     """The fix in a fast form: `gazelle train --env CartPole-v1 --use-lstm` for 60K frames.
     At the whole rate (`--lstm-lr-scale 1`, seed 1) the learner's policy was KL 0.5-0.76
     from the actors' by 22-47K frames and its entropy fell to 0.24-0.38 (2 actions: at most
-    0.69); at the preset's tenth, KL <= 0.007 and entropy >= 0.63 (docs/notes/lstm.md)."""
+    0.69); at the preset's tenth, KL <= 0.007 and entropy >= 0.63 (docs/notes/lstm.md). The
+    first log line names the share, as A3C's does."""
     from gazelle.cli import main
 
     assert main(["train", "--env", "CartPole-v1", "--use-lstm", "--seed", "1",
                  "--total-frames", "60000", "--log-interval-s", "2",
                  "--logdir", str(tmp_path)]) == 0  # fmt: skip
+    assert " lr=0.004 lstm_lr_scale=0.1 " in capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").open()]
     rows = [r for r in rows if "vtrace/kl_behaviour_target" in r]
     assert len(rows) >= 5, rows

@@ -95,6 +95,9 @@ def describe(run: ImpalaRun) -> str:
             f"epochs={epochs} minibatches={minibatches} clip={section.clip_ratio:g} "
             f"lambda={section.vtrace_lambda:g} "
         )
+    # why: the share only acts on an LSTM core (the core and policy head's optimiser group)
+    lstm_share = getattr(section, "lstm_lr_scale", None)
+    lstm = f" lstm_lr_scale={lstm_share:g}" if cfg.model.use_lstm and lstm_share is not None else ""
     learners = cfg.run.learners
     # why: B stays the batch of one update; each learner trains on B/N of it.
     share = f" learners={learners} (B/{learners} each)" if learners > 1 else ""
@@ -102,7 +105,7 @@ def describe(run: ImpalaRun) -> str:
         f"gazelle: {cfg.algo} on {env.id}{atari}: model={model_words(cfg)} "
         f"actors={cfg.actors.num_actors}x{cfg.actors.envs_per_actor} envs "
         f"inference={cfg.actors.inference} device={run.device}{share} B={run.batch_size} "
-        f"T={run.unroll_length} optimizer={cfg.algorithm.optimizer} lr={run.learning_rate:g} "
+        f"T={run.unroll_length} optimizer={cfg.algorithm.optimizer} lr={run.learning_rate:g}{lstm} "
         f"eps={cfg.algorithm.epsilon:g} entropy={cfg.algorithm.entropy_cost:g} {appo}"
         f"preset={cfg.algorithm.preset} total_frames={run.total_frames:,}"
     )
