@@ -395,4 +395,3 @@ def test_train_without_a_logdir_starts_a_fresh_folder_each_call(tmp_path, monkey
     assert saved["run"]["total_frames"] == 800
     assert (saved["actors"]["envs_per_actor"], saved["impala"]["batch_size"]) == (2, 2)
     assert saved["impala"]["unroll_length"] == 10
-
