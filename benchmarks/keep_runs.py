@@ -46,6 +46,8 @@ import time_to_score as tts
 KEPT = (
     "frames", "wall_time", "time", "fps", "episode_return", "episode_window",
     "policy/entropy", "charts/policy_lag", "vtrace/kl_behaviour_target",
+    # why: what docs/notes/continuous.md quotes of a control run
+    "policy/log_std_mean", "ppo/approx_kl", "ppo/clip_fraction",
 )  # fmt: skip
 KEPT_PREFIXES = ("episode_return/", "layers/dead_units/")
 #: Significant digits kept of a float (wall_time keeps its 0.01 s: it is ~1.8e9).
