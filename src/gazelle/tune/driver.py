@@ -158,13 +158,17 @@ def run_tune(spec: TuneSpec) -> dict[str, Any]:
                 storage_path=str(spec.out),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP),
                 failure_config=tune.FailureConfig(max_failures=0),
+                # why: a member's last report ends its trial here, not in PBT (whose
+                # synchronous mode would pause it once more, to wait for the others)
+                stop={TIME_ATTR: spec.frames},
                 callbacks=[_socket_check()],
                 verbose=1,
             ),
         )
         with warnings.catch_warnings():
-            # why: Tune's hint to reuse actors does not apply: a member's Ray worker holds
-            # its run's processes, and a trial that PBT restarts gets a fresh one
+            # why: Tune's hint to reuse actors: measured slower here (a paused member's
+            # restart waited for the other member's cached actor), so each start of a
+            # member's trial gets a fresh Ray worker
             warnings.filterwarnings("ignore", message=".*reuse_actors.*")
             tuner.fit()
     finally:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from gazelle.algorithms.runstate import CHECKPOINT_FILE
-from gazelle.plot.runs import read_rows
 from gazelle.tune.explore import member_config, member_index, values_of
 from gazelle.tune.spec import TuneSpec
 
@@ -81,6 +80,14 @@ def objective(row: Mapping[str, Any], name: str) -> float | None:
         name = SCORE if len(levels) > 1 and row.get(SCORE) is not None else "episode_return"
     value = row.get(name)
     return None if value is None else float(value)
+
+
+def last_row(logdir: Path) -> dict[str, Any]:
+    """The last complete row of a run's `progress.jsonl` (the loop's final one)."""
+    for line in reversed((logdir / "progress.jsonl").read_text().splitlines()):
+        with contextlib.suppress(ValueError):
+            return dict(json.loads(line))
+    raise ValueError(f"no progress row in {logdir}")
 
 
 def run_folders(home: Path) -> list[Path]:
@@ -198,7 +205,7 @@ def train_member(config: dict[str, Any], spec: TuneSpec) -> None:
                 cfg = member_config(spec, index, values, logdir)
                 result = train(cfg, on_progress=_pause_at(stop_at, paused))
                 frames = result.frames
-                last = read_rows(logdir / "progress.jsonl")[-1]
+                last = last_row(logdir)
                 score = objective(last, spec.objective)
                 digest = sha256(logdir / CHECKPOINT_FILE)
                 origin = {"member": name, "frames": frames, "values": values, "sha256": digest}
