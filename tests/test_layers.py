@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "plot",
         "video",
         "suite",
+        "tune",
     ),
     ("algorithms",),
     ("tracking", "logging", "console", "timings", "provenance", "checkpoint", "optim"),

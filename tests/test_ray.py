@@ -532,3 +532,63 @@ def test_a_node_that_does_not_see_the_suite_folder_stops_the_suite_naming_both(c
     assert f"the suite's directory {tmp_path} is not visible from Ray node 127.0.0.1" in said
     assert "\n" not in said and "docs/suite.md" in said
     assert not pair.status_path.exists() and not pair.logdir.exists()  # nothing ran
+
+
+def test_pbt_makes_a_member_that_cannot_learn_take_over_the_better_members_checkpoint(
+    cluster, tmp_path
+):
+    """`gazelle tune` (its flags, then `run_tune`) joined to the two-node loopback cluster:
+    two members on CartPole, synchronous PBT at 1,200 frames of 2,000. member-1 starts with
+    a learning rate that cannot learn (1e-7) and member-0 with 0.01. At the interval
+    member-1, the bottom, copies member-0: it resumes (gazelle's resume, in a new run
+    folder) from the very file member-0 reported (its sha256; gazelle keeps it as the run's
+    `checkpoint.pt.prev` when it saves the next), at member-0's frame count, with member-0's
+    values explored within bounds; its return afterwards is member-0's level, not its own.
+    Ray Tune's own logs (`pbt_global.txt`) record the same exploit."""
+    from gazelle.cli import build_parser
+    from gazelle.tune import run_tune
+    from gazelle.tune.flags import spec_from_args
+    from gazelle.tune.member import read_journal, sha256
+
+    pytest.importorskip("ray.tune", reason="needs pip install -e '.[tune]'")
+    argv = [
+        "tune", "--population", "2", "--frames", "2000", "--interval", "1200", "--synch",
+        "--out", str(tmp_path / "pbt"), "--mutate", "learning_rate=1e-8:0.05",
+        "--start", "learning_rate=0.01,1e-7", "--resample-probability", "0",
+        "--member-cpus", "1", "--num-actors", "1", "--envs-per-actor", "4",
+        "--batch-size", "4", "--unroll-length", "10", "--log-interval-s", "0.05",
+    ]  # fmt: skip
+    spec = spec_from_args(build_parser().parse_args(argv), argv[1:])
+    summary = run_tune(spec)
+    members = summary["members"]
+    assert [m["status"] for m in members.values()] == ["done", "done"], members
+    good, bad = (read_journal(tmp_path / "pbt" / "members" / n) for n in members)
+    assert not any(e["event"] == "exploit" for e in good)
+    [exploit] = [e for e in bad if e["event"] == "exploit"]
+    donor = [e for e in good if e["event"] == "report" and e["frames"] == exploit["frames"]]
+    assert exploit["copied"] == "member-0" and len(donor) == 1  # its report at the interval
+    assert 1200 <= exploit["frames"] < 2000 and 1200 <= exploit["own_frames"] < 2000
+    # the very checkpoint member-0 reported, resumed by gazelle in member-1's new run folder
+    run = tmp_path / "pbt" / "members" / "member-1" / "run-1"
+    assert exploit["copied_sha256"] == donor[0]["sha256"] == sha256(run / "checkpoint.pt.prev")
+    assert (
+        f"resumed from {run / 'checkpoint.pt'} at {exploit['frames']:,} frames"
+        in (run.parent / "console.log").read_text()
+    )
+    assert (
+        json.loads((run / "progress.jsonl").read_text().splitlines()[0])["frames"]
+        > (exploit["frames"])
+    )  # continued from member-0's frames, not from 0 nor its own
+    # explored from member-0's values (x0.8 or x1.2: no resampling here), within bounds
+    assert exploit["own_values"]["learning_rate"] == 1e-7
+    assert exploit["values"]["learning_rate"] in (pytest.approx(0.008), pytest.approx(0.012))
+    # its return: member-0's level at the copy, not its own before it
+    reports = [e["episode_return"] for e in bad if e["event"] == "report"]
+    own_before, after, donor_level = reports[0], reports[-1], donor[0]["episode_return"]
+    assert donor_level > own_before + 3, (donor_level, own_before)  # the setup: one is better
+    assert abs(after - donor_level) < abs(after - own_before), (after, donor_level, own_before)
+    assert members["member-1"]["schedule"][1]["source"].startswith("copied member-0 at ")
+    # Ray Tune's own record of it
+    [line] = (tmp_path / "pbt" / "ray" / "pbt_global.txt").read_text().splitlines()
+    assert json.loads(line)[:2] == ["1_start_member=1", "0_start_member=0"], line
+    assert (tmp_path / "pbt" / "curves.png").is_file()

@@ -1,4 +1,4 @@
-"""`gazelle train | test | bench | plot | suite`: the command line.
+"""`gazelle train | test | bench | plot | suite | tune`: the command line.
 
 Flags of `train` are generated from the sections of `gazelle.config.Config`, one per field,
 with the field's docstring as help, so the CLI and the config never drift apart. A bad value
@@ -220,6 +220,24 @@ def cmd_suite(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0 if done else 1
 
 
+def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from gazelle.tune import run_tune
+    from gazelle.tune.flags import spec_from_args
+
+    spec = spec_from_args(args, argv)
+    print(f"gazelle tune: {spec.population} members, {spec.frames:,} frames each, in {spec.out}")
+    summary = run_tune(spec)
+    best = summary["best"]
+    if best is not None:
+        print(
+            f"best: {best['member']} {best['objective']:.4g}, median {summary['median']:.4g} "
+            f"({summary['scored']} scored, {summary['exploits']} exploits)"
+        )
+    print(f"wrote {spec.out / 'summary.md'}, summary.json and curves.png")
+    done = all(m["status"] == "done" for m in summary["members"].values())
+    return 0 if done else 1
+
+
 def _add_train_flags(parser: argparse.ArgumentParser, hidden: bool = False) -> None:
     """`gazelle train`'s flags (every config field, --allow-import, --config); `hidden`:
     kept out of the help (`gazelle suite` passes them on)."""
@@ -311,6 +329,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_suite_flags(suite)
     _add_train_flags(suite, hidden=True)
+    from gazelle.tune.flags import DESCRIPTION as TUNE_DESCRIPTION
+    from gazelle.tune.flags import add_tune_flags, show_placement_flags
+
+    tune = sub.add_parser(
+        "tune",
+        help="population-based training of a population of runs on Ray Tune",
+        description=TUNE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_tune_flags(tune)
+    _add_train_flags(tune, hidden=True)
+    show_placement_flags(tune)
     return parser
 
 
@@ -330,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "test": cmd_test,
         "plot": cmd_plot,
         "suite": lambda args: cmd_suite(args, argv[1:]),
+        "tune": lambda args: cmd_tune(args, argv[1:]),
     }
     return _one_line_errors(parser, args.command, lambda: commands[args.command](args))
 

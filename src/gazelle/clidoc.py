@@ -1,6 +1,6 @@
 """docs/cli.md, generated from the code: every `gazelle train` flag from the config's
 sections (name, section, type, default, the field's docstring), then the `--help` of
-`gazelle test`, `gazelle bench`, `gazelle plot` and `gazelle suite`.
+`gazelle test`, `gazelle bench`, `gazelle plot`, `gazelle suite` and `gazelle tune`.
 
     python -m gazelle.clidoc > docs/cli.md
 
@@ -99,6 +99,7 @@ def render() -> str:
         "gazelle bench [train]": bench_parser(),
         "gazelle plot": subparsers.choices["plot"],
         "gazelle suite": subparsers.choices["suite"],
+        "gazelle tune": subparsers.choices["tune"],
     }
     for title, parser in commands.items():
         lines += [f"## `{title}`", "", "```text", _help(parser), "```", ""]

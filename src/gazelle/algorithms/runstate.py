@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,7 +54,12 @@ class StateHolder(Protocol):
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGTERM and SIGINT raise KeyboardInterrupt inside, so a `finally` saves the
-    checkpoint; the previous handlers come back on exit."""
+    checkpoint; the previous handlers come back on exit. Outside the main thread (a run
+    in a Ray Tune trial's thread, `gazelle.tune`) it installs nothing: Python runs signal
+    handlers in the main thread only, and refuses to install one from another."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
     def on_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

@@ -1,0 +1,19 @@
+"""`gazelle tune`: population-based training (PBT) of gazelle runs on Ray Tune's
+`PopulationBasedTraining` scheduler (docs/tune.md).
+
+    spec.py     the population: members, budget, interval, explored fields and bounds
+    flags.py    the spec read from `gazelle tune`'s flags
+    explore.py  PBT's search space and bounded explore; a member's values as a Config
+    member.py   one member: a Tune trial training a gazelle run in segments, reporting
+                its objective and checkpoint; an exploit resumes another member's
+    driver.py   the cluster (private by default), the Tuner, then the summary
+    summary.py  summary.json and summary.md; figure.py: curves.png
+
+This package is the face of the project (like `suite/`): it drives whole runs through
+`gazelle.train` and knows no algorithm beyond the config's fields.
+"""
+
+from gazelle.tune.driver import run_tune
+from gazelle.tune.spec import Mutation, TuneSpec
+
+__all__ = ["Mutation", "TuneSpec", "run_tune"]
