@@ -76,6 +76,31 @@ def kill_group(pid: int | None) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def is_stopped(pid: int | None) -> bool:
+    """Whether process `pid` is stopped by a signal (SIGSTOP) or a tracer: state T or t in
+    /proc (Linux); False where that cannot be read. Such a process cannot end by itself,
+    and a SIGTERM stays pending in it; only SIGKILL ends it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def join_unless_stopped(process: Any, deadline: float, poll_s: float = 0.1) -> None:
+    """Wait for `process` to end, until `deadline` (`time.monotonic()`), but not for one
+    that is stopped (`is_stopped`): it will not end however long it is given.
+
+    why: a run that ends with a stopped child (a learner that waited out
+    --batch-timeout-s for actors stopped with SIGSTOP) waited out the whole grace period
+    for it, then SIGTERM's 2 s, before the SIGKILL that ends it."""
+    while process.is_alive() and not is_stopped(process.pid):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        process.join(min(poll_s, left))  # why: returns as soon as the process ends
+
+
 def child_main(
     registrations: Registrations,
     target: Callable[..., None],
