@@ -77,15 +77,21 @@ def kill_group(pid: int | None) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def is_stopped(pid: int | None) -> bool:
-    """Whether process `pid` is stopped by a signal (SIGSTOP) or a tracer: state T or t in
-    /proc (Linux); False where that cannot be read. Such a process cannot end by itself,
-    and a SIGTERM stays pending in it; only SIGKILL ends it."""
+def process_state(pid: int | None) -> str:
+    """A process's state letter from /proc (Linux: T stopped by a signal, t by a tracer);
+    "" where it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+            return stat.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
+
+
+def is_stopped(pid: int | None) -> bool:
+    """Whether process `pid` is stopped by a signal (SIGSTOP): it cannot end by itself, and
+    a SIGTERM stays pending in it; only SIGKILL ends it. (A tracer's stop, state t, is not
+    counted: a profiler such as py-spy stops its process for moments at a time.)"""
+    return process_state(pid) == "T"
 
 
 def join_unless_stopped(process: Any, deadline: float, poll_s: float = 0.1) -> None:

@@ -27,7 +27,12 @@ from gazelle.backends.collective import (
     start_timeout,
     wait_for_keys,
 )
-from gazelle.backends.local.child import child_main, is_stopped, join_unless_stopped, kill_group
+from gazelle.backends.local.child import (
+    child_main,
+    join_unless_stopped,
+    kill_group,
+    process_state,
+)
 from gazelle.runtime.interfaces import Work
 
 #: The one address a one-machine run's learners listen on.
@@ -135,7 +140,7 @@ class LocalLearners:
         return [
             f"learner {rank} (pid {process.pid}) is stopped"
             for rank, process in enumerate(self.processes, start=1)
-            if is_stopped(process.pid)
+            if process_state(process.pid) in ("T", "t")
         ]
 
     def check(self) -> None:
