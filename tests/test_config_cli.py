@@ -246,6 +246,26 @@ def test_cli_unknown_env_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_help_answers_without_importing_torch():
+    """`gazelle --help` and each command's `--help` build the whole parser but import no
+    torch (1.5 s of a 0.5 s answer here; `gazelle bench --help` asks the bench's parser,
+    which needs it)."""
+    code = (
+        "import sys\n"
+        "from gazelle.cli import main\n"
+        "for argv in ([], ['suite'], ['train'], ['test'], ['plot']):\n"
+        "    try:\n"
+        "        main([*argv, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "usage: gazelle suite" in proc.stdout  # each help was written
+    assert proc.stdout.splitlines()[-1] == "no torch", proc.stdout[-2000:]
+
+
 def test_default_num_actors_leaves_the_learner_a_core():
     from gazelle.config import default_num_actors
 

@@ -5,6 +5,7 @@ parent; each actor killed as hung left its 8 engines running.)"""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import subprocess
@@ -73,3 +74,31 @@ def test_a_crashed_a_hung_and_a_closed_child_take_what_they_started_with_them(tm
         fleet.close()
     time.sleep(0.5)
     assert not any(running(pid) for pid in pids[0] + pids[1]), pids
+
+
+def return_after_registering_an_exit_handler(spec: Spec, child) -> None:
+    """In a spawned child: register an exit handler that writes `spec.marker` (an env's
+    clean-up at exit), then return (the work done); with mode "raise", raise instead."""
+    atexit.register(Path(spec.marker).write_text, "ran")
+    if spec.mode == "raise":
+        raise RuntimeError("the work failed")
+
+
+@pytest.mark.parametrize(("mode", "code"), [("return", 0), ("raise", 1)])
+def test_a_child_whose_work_ended_runs_its_exit_handlers_and_exits_with_its_code(
+    tmp_path, mode, code
+):
+    """A child skips the interpreter's teardown once its work returned
+    (`gazelle.backends.local.child.end_now`), but not what must happen at its exit: the
+    exit handlers registered in it run, and the exit code says how the work ended."""
+    marker = tmp_path / "exit-handler"
+    fleet = TaskFleet([Spec(0, 0, mode, str(marker))], return_after_registering_an_exit_handler, ())
+    fleet.start()
+    try:
+        process = fleet.processes[0]
+        assert process is not None
+        process.join(120)
+        assert process.exitcode == code
+    finally:
+        fleet.close()
+    assert marker.read_text() == "ran"

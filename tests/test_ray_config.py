@@ -151,3 +151,43 @@ def test_the_socket_check_reads_what_the_kernel_says():
             with pytest.raises(RunError, match=r"listens beyond loopback .*tcp 0\.0\.0\.0:") as e:
                 privacy.check_sockets(me)
             assert f"tcp [::]:{exposed6.getsockname()[1]}" in str(e.value)
+
+
+class _SilentMethod:
+    def remote(self, *args):
+        return "a call ref"
+
+
+class _SilentServer:
+    """A parameter-server actor handle whose every method is called (picklable)."""
+
+    def __getattr__(self, name):
+        return _SilentMethod()
+
+
+def test_a_parameter_server_that_went_unanswered_fails_the_calls_after_at_once(monkeypatch):
+    """A3C on Ray: once a call to the parameter server went unanswered for --actor-timeout-s,
+    the run stops, and its last reads of the server (its counts, the final checkpoint, the
+    shutdown) raise the same one-line error at once instead of each waiting the timeout
+    again; a worker started after it (a pickled copy) finds the silence for itself."""
+    import pickle
+
+    from gazelle.backends.ray.param_server import RayParameterServer
+    from gazelle.errors import RunError
+
+    waited: list[float] = []
+
+    def unanswered(ref, timeout):
+        waited.append(timeout)
+        raise ray.exceptions.GetTimeoutError("timed out")
+
+    monkeypatch.setattr(ray, "get", unanswered)
+    server = RayParameterServer(_SilentServer(), timeout_s=120.0)
+    for read in (lambda: server.step_count, server.state_dict, lambda: server.frame_count):
+        with pytest.raises(RunError, match=r"^the A3C parameter server gave no answer in 120 s"):
+            read()
+    assert waited == [120.0]  # the first call waited; the two after it did not
+    copy = pickle.loads(pickle.dumps(server))
+    with pytest.raises(RunError, match="gave no answer"):
+        copy.state_dict()
+    assert waited == [120.0, 120.0]

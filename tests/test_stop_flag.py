@@ -85,6 +85,24 @@ def test_children_killed_while_they_look_at_the_stop_signal_do_not_wedge_the_fle
     assert fleet.alive() == 0
 
 
+def test_a_stopped_child_is_killed_at_close_without_waiting_out_the_grace_period():
+    """A child stopped with SIGSTOP cannot see the stop signal, and a SIGTERM stays pending
+    in it: `close()` kills it at once instead of giving it the whole grace period (here
+    600 s; the default 10 s, then 2 s for the SIGTERM, at the end of every run whose
+    learner gave up on stopped actors)."""
+    fleet = TaskFleet([Spec(0, 0)], spin_on_the_stop_signal, ())
+    fleet.start()
+    try:
+        pid = wait_for_spinning(fleet, set())
+        os.kill(pid, signal.SIGSTOP)
+    finally:
+        closed, _ = finishes(lambda: fleet.close(timeout=600.0), 60.0)
+    assert closed, "close() waited for a stopped child"
+    assert fleet.alive() == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone, not left behind
+
+
 def test_the_flag_is_seen_by_a_child_and_set_by_one():
     flag, seen = StopFlag(), StopFlag()
     child = CTX.Process(target=_mirror, args=(flag, seen), daemon=True)

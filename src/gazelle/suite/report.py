@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from gazelle.envs.scores import ATARI57, DMLAB30
-from gazelle.logging import RETURN_WINDOW
 from gazelle.suite import stats
 from gazelle.suite.pairs import Pair, command_line, pairs, read_rows, read_status
 from gazelle.suite.spec import SuiteSpec
@@ -64,6 +63,10 @@ def run_result(spec: SuiteSpec, pair: Pair) -> dict[str, Any]:
     }
     threshold = (spec.thresholds or {}).get(pair.game)
     if threshold is not None:
+        # why: here, not at the top: gazelle.logging imports torch (1.5 s), and the CLI
+        # imports this module to build its parser (`gazelle --help`, a bad flag's error)
+        from gazelle.logging import RETURN_WINDOW
+
         reached = next(
             (
                 int(row["frames"])

@@ -27,7 +27,12 @@ from gazelle.backends.collective import (
     start_timeout,
     wait_for_keys,
 )
-from gazelle.backends.local.child import child_main, kill_group
+from gazelle.backends.local.child import (
+    child_main,
+    join_unless_stopped,
+    kill_group,
+    process_state,
+)
 from gazelle.runtime.interfaces import Work
 
 #: The one address a one-machine run's learners listen on.
@@ -135,7 +140,7 @@ class LocalLearners:
         return [
             f"learner {rank} (pid {process.pid}) is stopped"
             for rank, process in enumerate(self.processes, start=1)
-            if _state(process.pid) in ("T", "t")
+            if process_state(process.pid) in ("T", "t")
         ]
 
     def check(self) -> None:
@@ -168,7 +173,7 @@ class LocalLearners:
             self.collective.post(None)  # why: the learners leave their wait and exit
         deadline = time.monotonic() + timeout
         for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
+            join_unless_stopped(process, deadline)
         self._kill()
         self.collective.close()
 
@@ -177,15 +182,6 @@ class LocalLearners:
             if process.is_alive():
                 kill_group(process.pid)
             process.join(1.0)
-
-
-def _state(pid: int | None) -> str:
-    """A process's state letter from /proc (T: stopped); "" where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def _collective_failure(err: BaseException) -> bool:

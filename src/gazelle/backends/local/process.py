@@ -23,7 +23,14 @@ import torch.multiprocessing as mp
 
 from gazelle import registrations
 from gazelle.backends.local.channels import StopFlag, receive_all
-from gazelle.backends.local.child import ChildLink, child_main, kill_group, run_work
+from gazelle.backends.local.child import (
+    ChildLink,
+    child_main,
+    is_stopped,
+    join_unless_stopped,
+    kill_group,
+    run_work,
+)
 from gazelle.runtime.interfaces import Work
 from gazelle.runtime.restarts import RESTART_SEED_STRIDE, FailedStarts
 
@@ -234,14 +241,16 @@ class ProcessFleet:
         return sum(1 for p in self.processes if p is not None and p.is_alive())
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask every process to stop, then terminate whoever did not."""
+        """Ask every process to stop, then terminate whoever did not; a stopped one
+        (SIGSTOP), which cannot stop itself, is killed without being waited for."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout
         for process in self.processes:
             if process is not None:
-                process.join(timeout=max(0.0, deadline - time.monotonic()))
+                join_unless_stopped(process, deadline)
         for process in self.processes:
-            if process is not None and process.is_alive():
+            # why: a SIGTERM stays pending in a stopped process; only SIGKILL ends it
+            if process is not None and process.is_alive() and not is_stopped(process.pid):
                 process.terminate()
                 process.join(timeout=2.0)
             if process is not None and process.is_alive():

@@ -71,7 +71,8 @@ class ParameterServerHost:
 class RayParameterServer:
     """A `ParameterServer` that forwards to the server actor (picklable: workers get it).
     Every call waits at most `timeout_s`: a server that does not answer (stopped, its node
-    gone) or died ends the caller's work with `RunError` (one line), never a silent wait."""
+    gone) or died ends the caller's work with `RunError` (one line), never a silent wait.
+    Once a call went unanswered, the calls after it raise the same error at once."""
 
     def __init__(self, handle: Any, timeout_s: float = 120.0) -> None:
         self.handle, self.timeout_s = handle, timeout_s
@@ -79,17 +80,30 @@ class RayParameterServer:
         #: is shut down (`closed`) at the end of a run.
         self.last_counts = (0, 0)
         self.closed = False
+        #: The error of the call that went unanswered, in this process (None: none did).
+        self.silent: RunError | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # why: each process finds the silence for itself (a worker gets this client when
+        # it starts, whatever the driver saw before).
+        return {**self.__dict__, "silent": None}
 
     def _get(self, ref: Any) -> Any:
         import ray
 
+        if self.silent is not None:
+            # why: the caller's work ends with this error already (the run stops); each of
+            # the run's last reads (its counts, the final checkpoint, the shutdown) waited
+            # out the timeout again: 3 x --actor-timeout-s (120 s by default) more.
+            raise RunError(str(self.silent))
         try:
             return ray.get(ref, timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError as error:
-            raise RunError(
+            self.silent = RunError(
                 f"the A3C parameter server gave no answer in {self.timeout_s:.0f} s "
                 "(--actor-timeout-s): stopped, wedged or its node is gone"
-            ) from error
+            )
+            raise self.silent from error
         except ray.exceptions.RayActorError as error:
             raise RunError(f"the A3C parameter server died: {first_line(error)}") from error
 
