@@ -253,7 +253,7 @@ def test_help_answers_without_importing_torch():
     code = (
         "import sys\n"
         "from gazelle.cli import main\n"
-        "for argv in ([], ['suite'], ['train'], ['test'], ['plot']):\n"
+        "for argv in ([], ['suite'], ['train'], ['test'], ['plot'], ['tune']):\n"
         "    try:\n"
         "        main([*argv, '--help'])\n"
         "    except SystemExit:\n"
@@ -262,7 +262,7 @@ def test_help_answers_without_importing_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "usage: gazelle suite" in proc.stdout  # each help was written
+    assert "usage: gazelle suite" in proc.stdout and "usage: gazelle tune" in proc.stdout
     assert proc.stdout.splitlines()[-1] == "no torch", proc.stdout[-2000:]
 
 

@@ -13,7 +13,23 @@ This package is the face of the project (like `suite/`): it drives whole runs th
 `gazelle.train` and knows no algorithm beyond the config's fields.
 """
 
-from gazelle.tune.driver import run_tune
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from gazelle.tune.spec import Mutation, TuneSpec
 
+if TYPE_CHECKING:
+    from gazelle.tune.driver import run_tune
+
 __all__ = ["Mutation", "TuneSpec", "run_tune"]
+
+
+def __getattr__(name: str) -> Any:
+    # why: `gazelle tune --help` reads `gazelle.tune.flags`, which imports this package;
+    # the driver (a member's training, torch) is imported when a population runs.
+    if name == "run_tune":
+        from gazelle.tune.driver import run_tune
+
+        return run_tune
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
