@@ -107,7 +107,7 @@ def test_the_lstm_policy_stays_near_its_actors_on_cartpole(tmp_path, capsys):
     from gazelle.cli import main
 
     assert main(["train", "--env", "CartPole-v1", "--use-lstm", "--seed", "1",
-                 "--total-frames", "60000", "--log-interval-s", "2",
+                 "--total-frames", "60000", "--log-interval-s", "0.5",
                  "--logdir", str(tmp_path)]) == 0  # fmt: skip
     assert " lr=0.004 lstm_lr_scale=0.1 " in capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").open()]
