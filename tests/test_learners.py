@@ -270,7 +270,6 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
         ({"algo": "a3c", "learners": 2}, "--learners", ["its workers", "--num-actors"]),
         ({"learners": 2, "max_policy_lag": 3}, "--max-policy-lag", ["--learners 2"]),
         ({"learner_timeout_s": 0}, "--learner-timeout-s", ["a positive number"]),
-        ({"learners": 2, "backend": "ray"}, "--learners", ["--backend ray", "--backend local"]),
     ],
 )  # fmt: skip
 def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag, names):
@@ -280,6 +279,24 @@ def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag
     assert message.startswith(flag + ":"), message
     for name in names:
         assert name in message, message
+
+
+def test_a_backend_that_runs_one_learner_refuses_more_naming_those_that_run_several():
+    """`--backend ray` and `local` run several learners; a backend without `build_learners`
+    (the registry's toy `threads`) refuses `--learners 2` naming them."""
+    import toy_backend
+    from gazelle.config import registry
+
+    validate(Config.from_flat({"env": "CartPole-v1", "learners": 2, "backend": "ray"}))
+    registry.register_backend(toy_backend.THREADS)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            validate(Config.from_flat({"env": "CartPole-v1", "learners": 2, "backend": "threads"}))
+    finally:
+        registry.unregister("threads")
+    message = str(caught.value)
+    assert message.startswith("--learners:") and "--backend threads" in message, message
+    assert "--backend local | ray" in message, message
 
 
 def test_one_learner_makes_no_process_group(tmp_path):
@@ -343,7 +360,7 @@ def test_what_a_learner_reads_from_the_store_is_never_unpickled(tmp_path, monkey
     server = listen("127.0.0.1")
     port = server.getsockname()[1]
     store = serve_store(server, 1, 10.0)
-    collective = ProcessGroupCollective(store, 0, 1, torch.device("cpu"), 10.0, gloo_interface="lo")
+    collective = ProcessGroupCollective(store, 0, 1, torch.device("cpu"), 10.0, interface="lo")
     try:
         collective.post({"lr": 0.5, "orders": [torch.arange(3)]})
         assert collective.next_message()["lr"] == 0.5  # plain data comes through

@@ -18,11 +18,14 @@ import torch.multiprocessing as mp
 from gazelle import registrations
 from gazelle.backends import LearnerRequest
 from gazelle.backends.collective import (
+    READY_KEY,
     LearnerLost,
     ProcessGroupCollective,
     client_store,
+    collective_failure,
     listen,
     loopback_interface,
+    process_state,
     serve_store,
     start_timeout,
     wait_for_keys,
@@ -32,8 +35,6 @@ from gazelle.runtime.interfaces import Work
 
 #: The one address a one-machine run's learners listen on.
 LOOPBACK = "127.0.0.1"
-#: The store key a learner sets once it is up (before the group forms).
-READY_KEY = "gazelle/ready/{}"
 #: `prctl` option: set the calling thread's name, the process's in `ps` (linux/prctl.h).
 PR_SET_NAME = 15
 
@@ -135,7 +136,7 @@ class LocalLearners:
         return [
             f"learner {rank} (pid {process.pid}) is stopped"
             for rank, process in enumerate(self.processes, start=1)
-            if _state(process.pid) in ("T", "t")
+            if process_state(process.pid) in ("T", "t")
         ]
 
     def check(self) -> None:
@@ -146,7 +147,7 @@ class LocalLearners:
     def lost(self, err: BaseException) -> LearnerLost | None:
         if isinstance(err, LearnerLost):
             return err
-        if not self._dead() and not _collective_failure(err):
+        if not self._dead() and not collective_failure(err):
             return None  # why: an error of the step itself (a bug), not of the learners
         # why: a peer's death breaks the call at once, but its exit status may lag behind
         # the closed socket by a moment.
@@ -177,27 +178,6 @@ class LocalLearners:
             if process.is_alive():
                 kill_group(process.pid)
             process.join(1.0)
-
-
-def _state(pid: int | None) -> str:
-    """A process's state letter from /proc (T: stopped); "" where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def _collective_failure(err: BaseException) -> bool:
-    """Whether `err` is a failed collective call (a closed connection, a timeout)."""
-    import torch.distributed as dist
-
-    if isinstance(err, dist.DistError):
-        return True
-    text = str(err).lower()
-    return isinstance(err, RuntimeError) and any(
-        word in text for word in ("gloo", "nccl", "timed out", "timeout", "connection")
-    )
 
 
 def build_learners(request: LearnerRequest) -> LocalLearners:
