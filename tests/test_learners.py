@@ -330,6 +330,32 @@ def test_a_loss_that_cannot_reach_the_other_learners_is_refused_before_any_start
         ranks.start(config, found, torch.device("cpu"), loss_fn=lambda agent, batch: None)
 
 
+def test_the_rendezvous_listens_on_loopback_or_the_driver_s_cluster_address_never_on_all(
+    monkeypatch,
+):
+    """The store's address (`collective.listen`, `ray.learners.rendezvous_host`) and the
+    interface gloo binds (`group_interface`), without a cluster: a loopback Ray's driver
+    listens on 127.0.0.1 and binds loopback, a cluster's on its own address; an unspecified
+    address is refused, and so is a cluster address no interface of this node holds."""
+    from gazelle.backends.collective import interface_of, listen, loopback_interface
+    from gazelle.backends.ray.learners import group_interface, rendezvous_host
+    from gazelle.errors import RunError
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)  # why: a user's own would be kept
+    for host in ("0.0.0.0", "::"):
+        with pytest.raises(ValueError, match="never listens on"):
+            listen(host)
+        with pytest.raises(RunError, match="never listens on every interface"):
+            rendezvous_host(host)
+    assert rendezvous_host("127.0.0.1") == rendezvous_host("::1") == "127.0.0.1"
+    assert rendezvous_host("10.0.0.5") == "10.0.0.5"
+    assert interface_of("127.0.0.1") == loopback_interface() == group_interface("127.0.0.1", "x")
+    assert interface_of("198.51.100.7") is None  # TEST-NET-2: no interface holds it
+    with pytest.raises(RunError, match="GLOO_SOCKET_IFNAME"):
+        group_interface("198.51.100.7", "198.51.100.7")
+
+
 class _Planted:
     """A pickle that creates a file when unpickled (what a local user could plant)."""
 

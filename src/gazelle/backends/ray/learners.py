@@ -15,6 +15,7 @@ never unpickled (docs/distributed.md, "What protects the rendezvous").
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import time
 from typing import Any
@@ -52,6 +53,18 @@ def node_address() -> str:
     import ray
 
     return str(ray.util.get_node_ip_address())
+
+
+def rendezvous_host(driver: str) -> str:
+    """Where learner 0's store listens, for a driver whose Ray node address is `driver`: a
+    one-machine Ray's addresses are all loopback (127.0.0.1); on a cluster, the driver's own
+    cluster address, the one the other nodes reach it by; never every interface."""
+    if is_loopback(driver):
+        return "127.0.0.1"
+    if ipaddress.ip_address(driver).is_unspecified:
+        raise RunError(f"--learners: Ray gives this driver's node the address {driver}; the "
+                       "learners' rendezvous never listens on every interface")  # fmt: skip
+    return driver
 
 
 def group_interface(host: str, node: str) -> str | None:
@@ -135,9 +148,7 @@ class RayLearners:
         cuda = request.device.type == "cuda"
         _check_room(ray, size, request.cpus_per_learner, cuda)
         driver = node_address()
-        # why: a one-machine Ray's addresses are all loopback; on a cluster, the driver's own
-        # cluster address, the one the other nodes reach it by (`listen` refuses 0.0.0.0).
-        host = "127.0.0.1" if is_loopback(driver) else driver
+        host = rendezvous_host(driver)
         server = listen(host)
         port = server.getsockname()[1]
         store = serve_store(server, size, start_timeout(request.timeout_s))
