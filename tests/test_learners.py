@@ -270,7 +270,6 @@ def test_cli_run_with_two_learners_checkpoints_stops_when_one_is_killed_and_resu
         ({"algo": "a3c", "learners": 2}, "--learners", ["its workers", "--num-actors"]),
         ({"learners": 2, "max_policy_lag": 3}, "--max-policy-lag", ["--learners 2"]),
         ({"learner_timeout_s": 0}, "--learner-timeout-s", ["a positive number"]),
-        ({"learners": 2, "backend": "ray"}, "--learners", ["--backend ray", "--backend local"]),
     ],
 )  # fmt: skip
 def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag, names):
@@ -280,6 +279,24 @@ def test_bad_learner_settings_are_refused_naming_the_flag_and_values(flags, flag
     assert message.startswith(flag + ":"), message
     for name in names:
         assert name in message, message
+
+
+def test_a_backend_that_runs_one_learner_refuses_more_naming_those_that_run_several():
+    """`--backend ray` and `local` run several learners; a backend without `build_learners`
+    (the registry's toy `threads`) refuses `--learners 2` naming them."""
+    import toy_backend
+    from gazelle.config import registry
+
+    validate(Config.from_flat({"env": "CartPole-v1", "learners": 2, "backend": "ray"}))
+    registry.register_backend(toy_backend.THREADS)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            validate(Config.from_flat({"env": "CartPole-v1", "learners": 2, "backend": "threads"}))
+    finally:
+        registry.unregister("threads")
+    message = str(caught.value)
+    assert message.startswith("--learners:") and "--backend threads" in message, message
+    assert "--backend local | ray" in message, message
 
 
 def test_one_learner_makes_no_process_group(tmp_path):
@@ -313,6 +330,32 @@ def test_a_loss_that_cannot_reach_the_other_learners_is_refused_before_any_start
         ranks.start(config, found, torch.device("cpu"), loss_fn=lambda agent, batch: None)
 
 
+def test_the_rendezvous_listens_on_loopback_or_the_driver_s_cluster_address_never_on_all(
+    monkeypatch,
+):
+    """The store's address (`collective.listen`, `ray.learners.rendezvous_host`) and the
+    interface gloo binds (`group_interface`), without a cluster: a loopback Ray's driver
+    listens on 127.0.0.1 and binds loopback, a cluster's on its own address; an unspecified
+    address is refused, and so is a cluster address no interface of this node holds."""
+    from gazelle.backends.collective import interface_of, listen, loopback_interface
+    from gazelle.backends.ray.learners import group_interface, rendezvous_host
+    from gazelle.errors import RunError
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)  # why: a user's own would be kept
+    for host in ("0.0.0.0", "::"):
+        with pytest.raises(ValueError, match="never listens on"):
+            listen(host)
+        with pytest.raises(RunError, match="never listens on every interface"):
+            rendezvous_host(host)
+    assert rendezvous_host("127.0.0.1") == rendezvous_host("::1") == "127.0.0.1"
+    assert rendezvous_host("10.0.0.5") == "10.0.0.5"
+    assert interface_of("127.0.0.1") == loopback_interface() == group_interface("127.0.0.1", "x")
+    assert interface_of("198.51.100.7") is None  # TEST-NET-2: no interface holds it
+    with pytest.raises(RunError, match="GLOO_SOCKET_IFNAME"):
+        group_interface("198.51.100.7", "198.51.100.7")
+
+
 class _Planted:
     """A pickle that creates a file when unpickled (what a local user could plant)."""
 
@@ -343,7 +386,7 @@ def test_what_a_learner_reads_from_the_store_is_never_unpickled(tmp_path, monkey
     server = listen("127.0.0.1")
     port = server.getsockname()[1]
     store = serve_store(server, 1, 10.0)
-    collective = ProcessGroupCollective(store, 0, 1, torch.device("cpu"), 10.0, gloo_interface="lo")
+    collective = ProcessGroupCollective(store, 0, 1, torch.device("cpu"), 10.0, interface="lo")
     try:
         collective.post({"lr": 0.5, "orders": [torch.arange(3)]})
         assert collective.next_message()["lr"] == 0.5  # plain data comes through

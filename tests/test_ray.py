@@ -592,3 +592,68 @@ def test_pbt_makes_a_member_that_cannot_learn_take_over_the_better_members_check
     [line] = (tmp_path / "pbt" / "ray" / "pbt_global.txt").read_text().splitlines()
     assert json.loads(line)[:2] == ["1_start_member=1", "0_start_member=0"], line
     assert (tmp_path / "pbt" / "curves.png").is_file()
+
+
+def _learner_actor_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "ray::LearnerHost"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_two_learners_on_ray_step_as_one_listening_on_loopback(cluster, tmp_path, monkeypatch):
+    """`--learners 2 --backend ray`: learner 1 is a Ray actor (placed by Ray) and the driver
+    learner 0; with half the batch each they take the steps one learner takes with all of it
+    (test_learners.py's four batches: V-trace with the LSTM, a clip that bites, a skipped
+    non-finite batch), and on this loopback cluster the rendezvous and gloo listen on
+    127.0.0.1 only."""
+    from gazelle.backends.ray.sockets import is_loopback, listening, tree
+    from test_learners import CASES, check_equivalence, one_and_two
+
+    with one_and_two(tmp_path, monkeypatch, backend="ray", **CASES["impala-vtrace-lstm"]) as parts:
+        learners = parts[4].learners
+        assert type(learners).__name__ == "RayLearners" and not learners.owns_ray
+        pid = int(learners.where[1][0])
+        assert _learner_actor_pids() == [pid] and pid in tree(os.getpid())  # a Ray worker
+        check_equivalence(*parts)
+        # the store (the driver's) and gloo's sockets (both learners'), as /proc shows them
+        found = listening({os.getpid(), pid})
+        assert {s.pid for s in found} == {os.getpid(), pid}, found
+        assert all(is_loopback(s.host) for s in found), found
+
+
+def test_a_killed_ray_learner_stops_the_run_in_one_line_and_its_checkpoint_resumes(
+    cluster, small, tmp_path, capsys
+):
+    """`--learners 2 --backend ray` trains APPO (two epochs of two minibatches: the
+    equivalence test above is IMPALA's); SIGKILL of learner 1's Ray actor stops the run
+    within seconds with one line naming it, and the checkpoint it leaves resumes with one
+    learner."""
+    from gazelle.backends.collective import LearnerLost
+
+    killed: list[tuple[int, float]] = []
+
+    def kill_learner(progress: dict) -> None:
+        if killed or progress["frames"] < 1500 or not (tmp_path / "checkpoint.pt").exists():
+            return
+        pids = _learner_actor_pids()
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)
+        killed.append((pids[0], time.monotonic()))
+
+    config = small(
+        algo="appo", epochs=2, minibatches=2, learners=2, total_frames=10**7, max_seconds=60,
+        checkpoint_interval_s=0.5,
+    )  # fmt: skip
+    with pytest.raises(LearnerLost) as caught:
+        train(config, on_progress=kill_learner)
+    assert killed, "the run ended before learner 1 could be killed"
+    took = time.monotonic() - killed[0][1]
+    said = str(caught.value)
+    assert f"learner 1 (pid {killed[0][0]} on 127.0.0.1) died" in said and "\n" not in said
+    assert took < 15, took
+    assert not _learner_actor_pids()  # nothing left behind
+    saved = int(load(tmp_path / "checkpoint.pt")["frames"])
+    assert saved >= 1500
+    capsys.readouterr()
+    result = train(config.replace(learners=1, total_frames=saved + 200, max_seconds=None))
+    assert f"at {saved:,} frames" in capsys.readouterr().out
+    assert result.frames >= saved + 200

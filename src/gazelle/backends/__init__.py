@@ -132,6 +132,11 @@ class LearnerRequest:
         size: the number of learners, N (this process is rank 0).
         device: rank 0's device; on CUDA, rank r takes the r-th GPU after it (NCCL).
         timeout_s: the longest a collective call (or the rendezvous) waits for the others.
+        cluster_address: a cluster to join (Ray); None: this machine.
+        cpus_per_learner: CPUs each of ranks 1..N-1 declares to the cluster's scheduler
+            (Ray): its torch threads on CPU.
+        dashboard: start a private Ray instance with its dashboard (Ray).
+        allow_tokenless: join a cluster that answers clients without a token (Ray).
     """
 
     work: Work
@@ -139,6 +144,10 @@ class LearnerRequest:
     size: int
     device: torch.device
     timeout_s: float = 120.0
+    cluster_address: str | None = None
+    cpus_per_learner: float = 1.0
+    dashboard: bool = False
+    allow_tokenless: bool = False
 
 
 class Learners(Protocol):

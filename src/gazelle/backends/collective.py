@@ -1,12 +1,14 @@
 """The learners' process group (`--learners N`) on torch.distributed: what every backend that
-runs several learners shares (the local backend's processes now; Ray's learner actors
-next), whatever starts the processes and wherever the rendezvous is.
+runs several learners shares (the local backend's processes, Ray's learner actors),
+whatever starts the processes and wherever the rendezvous is.
 
 - Rendezvous: a `TCPStore` served by rank 0 on a socket it binds itself (`listen`), so it
-  listens on the address given (127.0.0.1 for a one-machine run) and not on every interface,
-  as a store that binds its own port does (measured: torch 2.13's listens on `*:port`).
-- Collectives: gloo on CPU (its sockets on the loopback interface for a one-machine run,
-  `GLOO_SOCKET_IFNAME`), NCCL when each learner has its own GPU; every call has the group's
+  listens on the address given (127.0.0.1 for a one-machine run, the driver's cluster
+  address on a Ray cluster) and not on every interface, as a store that binds its own port
+  does (measured: torch 2.13's listens on `*:port`).
+- Collectives: gloo on CPU, NCCL when each learner has its own GPU; their sockets on the
+  interface given (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`: loopback for a one-machine
+  run, `interface_of` the cluster address on a cluster); every call has the group's
   timeout, and a member that dies breaks the others' calls at once (a closed connection).
 - Messages: rank 0 posts each batch's header in the store; the others wait for it there,
   as long as rank 0 lives (docs/distributed.md).
@@ -21,8 +23,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import io
+import ipaddress
 import os
 import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +39,8 @@ from gazelle.errors import RunError
 
 #: The store key of rank 0's `k`-th message (`ProcessGroupCollective.post`).
 MESSAGE_KEY = "gazelle/message/{}"
+#: The store key a learner sets once it is up (before the group forms).
+READY_KEY = "gazelle/ready/{}"
 #: The store key of a learner's arrival at the `k`-th barrier.
 BARRIER_KEY = "gazelle/barrier/{}/{}"
 #: The least time the learners get to start and reach their first barrier (a process's
@@ -57,9 +64,41 @@ def loopback_interface() -> str:
     return next((name for name in ("lo", "lo0") if name in names), "lo")
 
 
+#: `ioctl` request: an interface's IPv4 address (linux/sockios.h).
+SIOCGIFADDR = 0x8915
+
+
+def interface_of(host: str) -> str | None:
+    """The name of the network interface that holds the IPv4 address `host` (Linux), so
+    gloo's and NCCL's sockets bind that address only; None where it cannot be told."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import fcntl  # why: here, not at the top: Windows has no fcntl
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:
+                continue  # an interface without an IPv4 address
+            if socket.inet_ntoa(answer[20:24]) == host:
+                return name
+    finally:
+        probe.close()
+    return None
+
+
 def listen(host: str) -> socket.socket:
-    """A listening TCP socket on `host` and a free port the kernel picks (port 0)."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening TCP socket on `host` (an IPv4 or IPv6 address, never unspecified) and a
+    free port the kernel picks (port 0)."""
+    address = ipaddress.ip_address(host)
+    if address.is_unspecified:
+        # why: 0.0.0.0 or :: would listen on every interface, which the rendezvous never does
+        raise ValueError(f"the learners' rendezvous never listens on {host}: name an address")
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    server = socket.socket(family, socket.SOCK_STREAM)
     server.bind((host, 0))
     server.listen(128)
     return server
@@ -98,8 +137,9 @@ class ProcessGroupCollective:
         check: raises `LearnerLost` when a learner this one waits for is gone (rank 0: a
             dead learner process; the others: rank 0 gone); called in every wait on the
             store (messages, barriers).
-        gloo_interface: the network interface gloo's sockets bind (one machine: loopback);
-            None: `GLOO_SOCKET_IFNAME`, else the host name's address, as gloo decides.
+        interface: the network interface gloo's (or NCCL's) sockets bind (one machine:
+            loopback; a cluster: the one holding this node's cluster address); None:
+            `GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME`, else as gloo or NCCL decide.
     """
 
     def __init__(
@@ -110,7 +150,7 @@ class ProcessGroupCollective:
         device: torch.device,
         timeout_s: float,
         check: Callable[[], None] = lambda: None,
-        gloo_interface: str | None = None,
+        interface: str | None = None,
     ) -> None:
         self._rank, self._size, self._device = rank, size, device
         self._store, self._check, self.timeout_s = store, check, timeout_s
@@ -118,11 +158,12 @@ class ProcessGroupCollective:
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
-        elif gloo_interface is not None:
-            # why: without it gloo binds the address the host name resolves to, which
-            # other machines may reach; one machine's learners need loopback only. A
-            # user's own GLOO_SOCKET_IFNAME names an address and is kept.
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", gloo_interface)
+        if interface is not None:
+            # why: without it gloo binds the address the host name resolves to, and NCCL's
+            # bootstrap the first non-loopback interface, which other machines may reach;
+            # one machine's learners need loopback only, a cluster's its own network. A
+            # user's own variable names an interface and is kept.
+            os.environ.setdefault("NCCL_SOCKET_IFNAME" if cuda else "GLOO_SOCKET_IFNAME", interface)
         dist.init_process_group(
             "nccl" if cuda else "gloo",
             store=store,
@@ -211,3 +252,22 @@ def wait_for_keys(
                 "(at least --learner-timeout-s); the run stops"
             )
         time.sleep(0.1)
+
+
+def collective_failure(err: BaseException) -> bool:
+    """Whether `err` is a failed collective call (a closed connection, a timeout)."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(
+        word in text for word in ("gloo", "nccl", "timed out", "timeout", "connection")
+    )
+
+
+def process_state(pid: int | None) -> str:
+    """A process's state letter from /proc (T: stopped); "" where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""

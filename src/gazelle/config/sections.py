@@ -214,7 +214,8 @@ class RunConfig:
     """Data-parallel learners (IMPALA, APPO): N processes each train on 1/N of every batch
     (--batch-size, and each APPO minibatch, must divide by N) and sum their gradients
     (torch.distributed: gloo on CPU, NCCL with one GPU each), so every update is the one
-    learner's on the whole batch; the first publishes weights, logs and checkpoints. 1: one
+    learner's on the whole batch; the first publishes weights, logs and checkpoints (with
+    --backend ray it is the driver, the others Ray actors, one GPU each on CUDA). 1: one
     learner, no process group. A3C's workers already are its parallel learners (their
     number is --num-actors); docs/distributed.md."""
     learner_timeout_s: float = 120.0

@@ -240,20 +240,23 @@ def build(
     keep_freed_memory()  # why: the learner reallocates its big activations every step
     learner_threads(config, device)
     agent = new_agent(config, found.obs_spec, value_levels(config, len(found.levels)), device)
+    if config.run.learners > 1 and start_learners is None:
+        raise ConfigError(
+            "learners", config.run.learners, "1 here (this caller starts no other learners)"
+        )
+    # why: the transport first: on Ray it joins (or starts) the cluster and owns that
+    # connection (its fleet's `close`, the last to run, ends it), and the learners need it.
+    transport = _transport(config, found, agent, device)
     learners = None
-    if config.run.learners > 1:
-        if start_learners is None:
-            raise ConfigError(
-                "learners", config.run.learners, "1 here (this caller starts no other learners)"
-            )
-        learners = start_learners(config, found, device)
     try:
+        if start_learners is not None and config.run.learners > 1:
+            learners = start_learners(config, found, device)
         collective = learners.collective if learners is not None else None
         learner = make_learner(config, agent, device, loss_fn, make_loss, collective)
-        transport = _transport(config, found, agent, device)
     except BaseException:
         if learners is not None:
             learners.close(timeout=1.0)
+        transport.fleet.close()
         raise
     return ImpalaRun(config, found, device, agent, learner.optimizer, learner, transport, learners)
 

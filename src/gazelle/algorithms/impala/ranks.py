@@ -87,7 +87,19 @@ def start(
         make_loss or vtrace_loss,
         threads,
     )
-    request = LearnerRequest(follow, settings, size, device, config.run.learner_timeout_s)
+    actors = config.actors
+    request = LearnerRequest(
+        follow,
+        settings,
+        size,
+        device,
+        config.run.learner_timeout_s,
+        cluster_address=actors.ray_address,
+        # why: a GPU learner's CPU work is feeding its GPU: one core
+        cpus_per_learner=float(threads) if device.type == "cpu" else 1.0,
+        dashboard=actors.ray_dashboard,
+        allow_tokenless=actors.ray_allow_tokenless,
+    )
     return build_learners(config.actors.backend, request)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from gazelle.backends.collective import process_state
 from gazelle.backends.local.channels import MAX_MESSAGE, Sender, fits
 from gazelle.registrations import Registrations
 from gazelle.runtime.interfaces import Work
@@ -75,16 +76,6 @@ def kill_group(pid: int | None) -> None:
     # no such group (every member gone) or no process groups here: nothing to do
     with contextlib.suppress(OSError, AttributeError):
         os.killpg(pid, signal.SIGKILL)
-
-
-def process_state(pid: int | None) -> str:
-    """A process's state letter from /proc (Linux: T stopped by a signal, t by a tracer);
-    "" where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def is_stopped(pid: int | None) -> bool:

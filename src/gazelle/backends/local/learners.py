@@ -18,27 +18,23 @@ import torch.multiprocessing as mp
 from gazelle import registrations
 from gazelle.backends import LearnerRequest
 from gazelle.backends.collective import (
+    READY_KEY,
     LearnerLost,
     ProcessGroupCollective,
     client_store,
+    collective_failure,
     listen,
     loopback_interface,
+    process_state,
     serve_store,
     start_timeout,
     wait_for_keys,
 )
-from gazelle.backends.local.child import (
-    child_main,
-    join_unless_stopped,
-    kill_group,
-    process_state,
-)
+from gazelle.backends.local.child import child_main, join_unless_stopped, kill_group
 from gazelle.runtime.interfaces import Work
 
 #: The one address a one-machine run's learners listen on.
 LOOPBACK = "127.0.0.1"
-#: The store key a learner sets once it is up (before the group forms).
-READY_KEY = "gazelle/ready/{}"
 #: `prctl` option: set the calling thread's name, the process's in `ps` (linux/prctl.h).
 PR_SET_NAME = 15
 
@@ -151,7 +147,7 @@ class LocalLearners:
     def lost(self, err: BaseException) -> LearnerLost | None:
         if isinstance(err, LearnerLost):
             return err
-        if not self._dead() and not _collective_failure(err):
+        if not self._dead() and not collective_failure(err):
             return None  # why: an error of the step itself (a bug), not of the learners
         # why: a peer's death breaks the call at once, but its exit status may lag behind
         # the closed socket by a moment.
@@ -182,18 +178,6 @@ class LocalLearners:
             if process.is_alive():
                 kill_group(process.pid)
             process.join(1.0)
-
-
-def _collective_failure(err: BaseException) -> bool:
-    """Whether `err` is a failed collective call (a closed connection, a timeout)."""
-    import torch.distributed as dist
-
-    if isinstance(err, dist.DistError):
-        return True
-    text = str(err).lower()
-    return isinstance(err, RuntimeError) and any(
-        word in text for word in ("gloo", "nccl", "timed out", "timeout", "connection")
-    )
 
 
 def build_learners(request: LearnerRequest) -> LocalLearners:

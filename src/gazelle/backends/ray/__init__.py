@@ -5,14 +5,17 @@ Ray cluster (this machine's own private instance, or the one `--ray-address` nam
     driver <--unroll as numpy arrays, through the object store-- Ray actor
 
 With `--inference central` the actors ask an inference server, a Ray actor placed on the
-learner's node, for their actions (the seed's dynamic batching across machines).
+learner's node, for their actions (the seed's dynamic batching across machines). With
+`--learners N` learners 1..N-1 are Ray actors too (`learners.py`).
 Import needs Ray (`pip install -e '.[ray]'`); `gazelle.backends.ray.cluster` names it when
 it is missing.
 """
 
 from __future__ import annotations
 
-from gazelle.backends import BackendRequest, Transport, WorkerRequest, Workers
+from typing import Any
+
+from gazelle.backends import BackendRequest, LearnerRequest, Transport, WorkerRequest, Workers
 from gazelle.backends.ray.cluster import check_room, connect, require_ray
 from gazelle.config.registry import Backend
 
@@ -61,11 +64,21 @@ def build_workers(request: WorkerRequest) -> Workers:
     return build_ray_workers(request)
 
 
+def build_learners(request: LearnerRequest) -> Any:
+    """Learners 1..N-1 of `--learners N` as Ray actors, joined with the driver as rank 0
+    (`gazelle.backends.ray.learners`)."""
+    require_ray()
+    from gazelle.backends.ray.learners import build_learners as build_ray_learners
+
+    return build_ray_learners(request)
+
+
 #: The Ray backend, as `gazelle.config.registry` knows it.
 RAY = Backend(
     name="ray",
     build=build,
     build_workers=build_workers,
+    build_learners=build_learners,
     own_flags=("ray_address", "ray_dashboard", "ray_allow_tokenless"),
     # why: the cluster's cores are not this machine's; the layout rule cannot measure them.
     on_this_machine=False,
