@@ -57,6 +57,36 @@ class LearnerLost(RunError):
     """A learner of the run died or stopped answering; `str()` names it, in one line."""
 
 
+def learner_lost(
+    err: BaseException,
+    dead: Callable[[], list[str]],
+    stopped: Callable[[], list[str]],
+    timeout_s: float,
+    notice_s: float,
+) -> LearnerLost | None:
+    """What a failed step says of the learners (a backend's `Learners.lost`): a
+    `LearnerLost` naming the dead (`dead()`: one line each) or stopped (`stopped()`) ones,
+    or the timeout when none is; None when `err` is the step's own error (a bug)."""
+    if isinstance(err, LearnerLost):
+        return err
+    if not dead() and not collective_failure(err):
+        return None  # why: an error of the step itself (a bug), not of the learners
+    # why: a peer's death breaks the call at once, but its backend may report it (an exit
+    # status, Ray's actor state) a moment after the closed socket.
+    deadline = time.monotonic() + notice_s
+    while not dead() and not stopped() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = dead()
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    if gone:
+        return LearnerLost(f"{'; '.join(gone)}; the run stops ({first})")
+    who = "; ".join(stopped()) or "every learner is alive, one did not answer"
+    return LearnerLost(
+        f"{who}: a collective call failed after at most --learner-timeout-s "
+        f"{timeout_s:g} ({first}); the run stops"
+    )
+
+
 def loopback_interface() -> str:
     """The loopback interface's name (`lo` on Linux, `lo0` on macOS): gloo's sockets bind
     to it, so a one-machine run's learners never listen beyond this machine."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import time
 from typing import Any
 
 import torch
@@ -29,8 +28,8 @@ from gazelle.backends.collective import (
     LearnerLost,
     ProcessGroupCollective,
     client_store,
-    collective_failure,
     interface_of,
+    learner_lost,
     listen,
     loopback_interface,
     process_state,
@@ -223,23 +222,7 @@ class RayLearners:
             raise LearnerLost(f"{'; '.join(dead)}; the run stops")
 
     def lost(self, err: BaseException) -> LearnerLost | None:
-        if isinstance(err, LearnerLost):
-            return err
-        if not self._dead() and not collective_failure(err):
-            return None  # why: an error of the step itself (a bug), not of the learners
-        # why: a peer's death breaks the call at once; Ray tells the driver a moment later.
-        deadline = time.monotonic() + DEATH_NOTICE_S
-        while not self._dead() and not self._stopped() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        dead = self._dead()
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        if dead:
-            return LearnerLost(f"{'; '.join(dead)}; the run stops ({first})")
-        who = "; ".join(self._stopped()) or "every learner is alive, one did not answer"
-        return LearnerLost(
-            f"{who}: a collective call failed after at most --learner-timeout-s "
-            f"{self.timeout_s:g} ({first}); the run stops"
-        )
+        return learner_lost(err, self._dead, self._stopped, self.timeout_s, DEATH_NOTICE_S)
 
     def close(self, timeout: float = 10.0) -> None:
         collective = getattr(self, "collective", None)
