@@ -276,22 +276,25 @@ class AnchorLearner:
     """Records each step's anchor, then moves the agent's policy (as an optimiser step)."""
 
     def __init__(self, agent) -> None:
-        self.agent, self.anchors = agent, []
+        self.agent, self.anchors, self.values = agent, [], []
 
     def step(self, batch, learning_rate):
-        from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS
+        from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, PROXIMAL_VALUES
 
         self.anchors.append((batch[PROXIMAL_LOGITS].clone(), batch["actor_id"].clone()))
+        self.values.append(batch[PROXIMAL_VALUES].clone())
         with torch.no_grad():
             self.agent.policy.bias.add_(0.5)
+            for parameter in self.agent.baseline.parameters():
+                parameter.add_(0.5)
         return {"losses/total": torch.tensor(0.0), "learner/skipped": 0.0}
 
 
 def test_the_learner_anchor_is_the_policy_before_the_batchs_passes():
-    """`--clip-anchor learner`: every optimiser step of a batch sees the learner's policy as
-    it was before the first of them (each minibatch its own unrolls of it), not as the
-    earlier steps left it."""
-    from gazelle.algorithms.impala.loss import policy_logits_of
+    """`--clip-anchor learner` (and `--targets batch`): every optimiser step of a batch sees
+    the learner's policy and values as they were before the first of them (each minibatch
+    its own unrolls of them), not as the earlier steps left them."""
+    from gazelle.algorithms.impala.loss import PROXIMAL_VALUES, anchor_of, policy_logits_of
 
     torch.manual_seed(0)
     agent = Agent(SPEC, "mlp", use_lstm=False)
@@ -299,10 +302,95 @@ def test_the_learner_anchor_is_the_policy_before_the_batchs_passes():
     batch["actor_id"] = torch.arange(batch["action"].shape[1])
     batch["policy_version"] = torch.zeros(batch["action"].shape[1], dtype=torch.int64)
     before = policy_logits_of(agent, batch)
+    values = anchor_of(agent, batch)[PROXIMAL_VALUES]
     learner = AnchorLearner(agent)
     run = SimpleNamespace(passes=(2, 2), learner=learner, anchor_at_learner=True)
     train_on_batch(run, batch, 0.001)
     assert len(learner.anchors) == 4
-    for anchor, unrolls in learner.anchors:
+    for (anchor, unrolls), start in zip(learner.anchors, learner.values, strict=True):
         torch.testing.assert_close(anchor, before[:, unrolls.long()])
+        torch.testing.assert_close(start, values[:, unrolls.long()])
     assert not torch.allclose(policy_logits_of(agent, batch), before)  # the steps moved it
+    assert not torch.allclose(anchor_of(agent, batch)[PROXIMAL_VALUES], values)
+
+
+@pytest.mark.parametrize("use_lstm", [False, True])
+def test_batch_targets_are_the_values_before_the_passes_written_out_step_by_step(use_lstm):
+    """`--targets batch`: v_s and the advantages come from V_0 and pi_0, the learner before
+    the batch's passes (`anchor_of`), however far the steps have since moved it: on-policy
+    at lambda 1, v_s are the n-step returns bootstrapped from V_0 (the slow reference) and
+    the policy term is `sum_t -min(r A, clip(r) A)`, `A = r_t + gamma v_{t+1} - V_0(x_t)`,
+    `r = pi / pi_0`. `--targets step` takes them from the moved learner instead."""
+    from gazelle.algorithms.impala.loss import PROXIMAL_VALUES, anchor_of, learner_view
+
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=use_lstm)
+    batch, _ = make_batch(agent, seed=8, terminated_at=[(2, 1)], truncated_at=[(4, 0)])
+    anchored = {**batch, **anchor_of(agent, batch)}
+    start = anchored[PROXIMAL_VALUES].numpy()
+    with torch.no_grad():  # the passes' steps, as far as the targets can see
+        for parameter in agent.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    impala = LossSettings(GAMMA, 0.5, 0.0, "none", vtrace_lambda=1.0)
+    kept: dict[str, torch.Tensor] = {}
+
+    _, batch_metrics = appo_loss(agent, anchored, AppoSettings(impala, 0.2, False, "batch"),
+                                 keep_targets=lambda vs: kept.__setitem__("batch", vs))  # fmt: skip
+    appo_loss(agent, anchored, AppoSettings(impala, 0.2, False, "step"),
+              keep_targets=lambda vs: kept.__setitem__("step", vs))  # fmt: skip
+    numpy_batch = {k: v.numpy() for k, v in batch.items()}
+    want = reference_targets(numpy_batch, start, GAMMA)
+    torch.testing.assert_close(kept["batch"], torch.tensor(want, dtype=torch.float32))
+    moved = learner_view(agent, batch, impala)
+    torch.testing.assert_close(kept["step"], moved.vtrace(1.0).vs)  # the moved learner's
+    assert not torch.allclose(kept["step"], kept["batch"], atol=1e-3)
+
+    with torch.no_grad():
+        log_pi = moved.target_log_probs()
+        log_pi0 = moved.distribution.log_prob(anchored["proximal_logits"], moved.actions)
+    policy = 0.0
+    T, B = want.shape
+    for t in range(T):
+        for b in range(B):
+            next_v = want[t + 1, b] if t + 1 < T else start[T, b]
+            discount = float(moved.discounts[t, b])
+            a = float(moved.rewards[t, b]) + discount * next_v - start[t, b]
+            r = math.exp(float(log_pi[t, b]) - float(log_pi0[t, b]))
+            policy += -min(r * a, min(max(r, 0.8), 1.2) * a)
+    assert float(batch_metrics["losses/policy"]) == pytest.approx(policy, rel=1e-4)
+
+
+def test_batch_targets_refuse_a_batch_without_the_values_before_the_passes():
+    torch.manual_seed(0)
+    agent = Agent(SPEC, "mlp", use_lstm=False)
+    batch, _ = make_batch(agent, seed=9)
+    settings = AppoSettings(LossSettings(GAMMA, 0.5, 0.0, "none"), 0.2, False, "batch")
+    with pytest.raises(ValueError, match="proximal_values"):
+        appo_loss(agent, batch, settings)
+
+
+def test_the_targets_flag_anchors_the_batch_at_the_learner_and_refuses_the_behaviour_anchor():
+    """`--targets batch` on CartPole (whose APPO preset leaves the clip at the actors'
+    policy) still gives each batch the learner's policy and values before its passes; with
+    `--clip-anchor behaviour` given, or a value not offered, the flag is refused by name."""
+    from gazelle.algorithms.impala.build import ImpalaRun
+    from gazelle.cli import build_parser, config_from_args
+
+    def command(*argv):
+        args = build_parser().parse_args(["train", "--logdir", "unused", "--algo", "appo", *argv])
+        return validate(config_from_args(args))
+
+    config = command("--env", "CartPole-v1", "--targets", "batch")
+    assert config.appo.targets == "batch" and config.appo.clip_anchor is None
+    assert ImpalaRun.anchor_at_learner.fget(SimpleNamespace(config=config))
+    assert not ImpalaRun.anchor_at_learner.fget(
+        SimpleNamespace(config=command("--env", "CartPole-v1"))
+    )
+    with pytest.raises(
+        ConfigError, match=r"--targets: invalid value 'batch'.*--clip-anchor learner"
+    ):
+        command("--env", "CartPole-v1", "--targets", "batch", "--clip-anchor", "behaviour")
+    with pytest.raises(
+        ConfigError, match=r"--targets: invalid value 'gae'; allowed: step \| batch"
+    ):
+        command("--env", "CartPole-v1", "--targets", "gae")

@@ -23,7 +23,7 @@ import gazelle.algorithms.appo.loop as appo_loop
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.impala import ranks
 from gazelle.algorithms.impala.build import make_learner, new_agent, vtrace_loss
-from gazelle.algorithms.impala.passes import train_on_batch
+from gazelle.algorithms.impala.passes import anchors_at_learner, train_on_batch
 from gazelle.backends.collective import LearnerLost
 from gazelle.config import Config, ConfigError, validate
 
@@ -67,7 +67,7 @@ def view(config, learner):
     """What `train_on_batch` reads of a run."""
     section = config.algorithm
     epochs, minibatches = getattr(section, "epochs", None), getattr(section, "minibatches", None)
-    anchor = getattr(section, "clip_anchor", None) == "learner"
+    anchor = anchors_at_learner(section)
     return SimpleNamespace(
         learner=learner, passes=(epochs or 1, minibatches or 1), anchor_at_learner=anchor
     )
@@ -82,6 +82,7 @@ CASES = {
     "appo-passes": {
         "algo": "appo", "epochs": 2, "minibatches": 2, "normalize_advantages": True,
         "popart": True, "clip_anchor": "learner", "normalize_obs": True, "use_lstm": False,
+        "targets": "batch",  # why: V_0 and pi_0 from each learner's own pass on the batch
     },
 }  # fmt: skip
 

@@ -19,7 +19,10 @@ def make_loss(config: Config) -> LossFn:
     section = config.algorithm
     assert section.clip_ratio is not None and section.normalize_advantages is not None
     settings = AppoSettings(
-        loss_settings(config), float(section.clip_ratio), bool(section.normalize_advantages)
+        loss_settings(config),
+        float(section.clip_ratio),
+        bool(section.normalize_advantages),
+        section.targets or "step",
     )
     return with_popart(config, functools.partial(appo_loss, settings=settings))
 

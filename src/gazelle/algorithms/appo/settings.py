@@ -27,6 +27,12 @@ class AppoConfig(ImpalaConfig):
     the clip then bounds too) or learner (the learner's policy at the start of each batch's
     passes, the actors' lag corrected by the weight min(1, pi_start / mu): decoupled PPO);
     unset: the preset's (learner in the control preset, behaviour elsewhere)."""
+    targets: str | None = None
+    """Where the V-trace targets and advantages come from: step (the learner's current
+    values and policy at every minibatch step, as IMPALA's loss) or batch (its values and
+    policy before each batch's passes, fixed through the epochs, as PPO's GAE; the clip is
+    then anchored at the learner, refused with --clip-anchor behaviour); unset: the
+    preset's (step where no preset sets it)."""
 
 
 def validate_appo(check: Checks) -> None:
@@ -36,6 +42,14 @@ def validate_appo(check: Checks) -> None:
         check.positive(name, allow_none=True)
     check.in_range("clip_ratio", 1e-6, 10.0, allow_none=True)
     check.choice("clip_anchor", ("behaviour", "learner"), allow_none=True)
+    check.choice("targets", ("step", "batch"), allow_none=True)
+    if check.value("targets") == "batch" and check.value("clip_anchor") == "behaviour":
+        raise ConfigError(
+            "targets",
+            "batch",
+            "step with --clip-anchor behaviour (batch takes the targets and the clip's "
+            "anchor from the learner's policy before the passes: --clip-anchor learner)",
+        )
     batch, parts = check.value("batch_size"), check.value("minibatches")
     if batch is not None and parts is not None and batch % parts:
         raise ConfigError(

@@ -13,7 +13,7 @@ import torch
 
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
 from gazelle.algorithms.impala.loss import LossSettings, impala_loss
-from gazelle.algorithms.impala.passes import reducing
+from gazelle.algorithms.impala.passes import anchors_at_learner, reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
 from gazelle.backends import BackendRequest, Learners, Transport, build_backend
@@ -73,9 +73,9 @@ class ImpalaRun:
 
     @property
     def anchor_at_learner(self) -> bool:
-        """APPO's `--clip-anchor learner`: the batch gets the learner's policy before its
-        passes (`loop.train_on_batch`)."""
-        return getattr(self.config.algorithm, "clip_anchor", None) == "learner"
+        """APPO's `--clip-anchor learner` or `--targets batch`: the batch gets the learner's
+        policy and values before its passes (`passes.train_on_batch`)."""
+        return anchors_at_learner(self.config.algorithm)
 
     @property
     def passes(self) -> tuple[int, int]:

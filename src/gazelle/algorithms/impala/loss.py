@@ -132,19 +132,32 @@ def _unroll(agent: Any, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tens
     return learner_out, level
 
 
-def policy_logits_of(agent: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The agent's policy on x_t for t = 0..T-1 of a `[T+1, B]` batch, `[T, B, P]`, as
-    `learner_view`'s `target_logits` (no gradient): APPO's anchor at the start of a batch's
-    passes (`PROXIMAL_LOGITS`)."""
+def anchor_of(agent: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The learner's policy and values on a `[T+1, B]` batch before its passes (no
+    gradient), as batch fields: `PROXIMAL_LOGITS`, the policy on x_t for t = 0..T-1
+    `[T, B, P]` (as `learner_view`'s `target_logits`: APPO's clip anchor), and
+    `PROXIMAL_VALUES`, V(x_t) for t = 0..T `[T+1, B]` (APPO's `--targets batch`)."""
     with torch.no_grad():
         learner_out, _ = _unroll(agent, batch)
-        # why: the shift by one of `learner_view`: the last step's policy pairs with no action.
-        return learner_out.policy_logits.float()[:-1]
+        # why: the shift by one of `learner_view`: the last step's policy pairs with no
+        # action; its value is the bootstrap, so the values keep all T+1 steps.
+        return {
+            PROXIMAL_LOGITS: learner_out.policy_logits.float()[:-1],
+            PROXIMAL_VALUES: learner_out.baseline.float(),
+        }
+
+
+def policy_logits_of(agent: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`anchor_of`'s policy alone, `[T, B, P]`."""
+    return anchor_of(agent, batch)[PROXIMAL_LOGITS]
 
 
 #: The batch field of the learner's policy at the start of the batch's passes, `[T, B, P]`
-#: (`policy_logits_of`; APPO with `--clip-anchor learner`).
+#: (`anchor_of`; APPO with `--clip-anchor learner`).
 PROXIMAL_LOGITS = "proximal_logits"
+#: The batch field of the learner's values at the start of the batch's passes, `[T+1, B]`
+#: (`anchor_of`; APPO with `--targets batch`).
+PROXIMAL_VALUES = "proximal_values"
 
 
 def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:

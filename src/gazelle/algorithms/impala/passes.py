@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, policy_logits_of
+from gazelle.algorithms.impala.loss import anchor_of
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.backends.local.layout import is_per_unroll
 from gazelle.models.value import Reduce
@@ -30,6 +30,15 @@ class Passes(Protocol):
 
     @property
     def anchor_at_learner(self) -> bool: ...
+
+
+def anchors_at_learner(section: Any) -> bool:
+    """Whether a run's batches get the learner's policy and values before their passes
+    (`anchor_of`): APPO's `--clip-anchor learner` or `--targets batch`."""
+    return (
+        getattr(section, "clip_anchor", None) == "learner"
+        or getattr(section, "targets", None) == "batch"
+    )
 
 
 def reducing(loss_fn: Any, reduce: Reduce) -> LossFn:
@@ -79,9 +88,10 @@ def train_on_batch(
 
     With `--normalize-obs` the batch's vector observations first join the agent's running
     statistics (once per batch, whatever the passes: `gazelle.models.normalize`). With APPO's
-    `--clip-anchor learner` the batch then gets the learner's policy before its passes
-    (`PROXIMAL_LOGITS`, the anchor of `appo.loss`). With `--learners N` (rank 0 calls this),
-    the batch, its learning rate and its order go to the other learners first (`share`).
+    `--clip-anchor learner` the batch then gets the learner's policy and values before its
+    passes (`impala.loss.anchor_of`: the clip's anchor and `--targets batch`'s values).
+    With `--learners N` (rank 0 calls this), the batch, its learning rate and its order go
+    to the other learners first (`share`).
 
     `orders`: each pass's order of the unrolls; None: dealt from the learner's global RNG
     (seeded by the run, so a seeded run deals them the same way again), with one learner
@@ -111,7 +121,7 @@ def passes(
         # why: every learner holds the whole batch, so each moves its statistics alike.
         agent.update_obs_stats({name: batch[name] for name in norms})
     if getattr(run, "anchor_at_learner", False):
-        batch = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
+        batch = {**batch, **anchor_of(agent, batch)}
     group = getattr(run.learner, "collective", None)
     epochs, minibatches = run.passes
     if (epochs, minibatches) == (1, 1) and group is None:

@@ -24,7 +24,7 @@ from gazelle.algorithms.impala.build import (
     value_levels,
     vtrace_loss,
 )
-from gazelle.algorithms.impala.passes import passes, receive
+from gazelle.algorithms.impala.passes import anchors_at_learner, passes, receive
 from gazelle.algorithms.stops import warn_on_error
 from gazelle.backends import LearnerRequest, Learners, build_learners
 from gazelle.config import Config
@@ -115,7 +115,7 @@ def follow(collective: Collective, settings: RankSettings) -> None:
     section = config.algorithm
     epochs = int(getattr(section, "epochs", None) or 1)
     minibatches = int(getattr(section, "minibatches", None) or 1)
-    rank = _Rank(learner, (epochs, minibatches), getattr(section, "clip_anchor", None) == "learner")
+    rank = _Rank(learner, (epochs, minibatches), anchors_at_learner(section))
     while (got := receive(collective, device)) is not None:
         batch, learning_rate, orders = got
         passes(rank, batch, learning_rate, orders)
