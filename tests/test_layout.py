@@ -124,3 +124,55 @@ def test_prepare_fills_unset_slots_from_the_layout(small_config, actors, slots, 
         small_config(num_actors=actors, envs_per_actor=8, batch_size=8, slots_per_env=slots)
     )
     assert config.actors.slots_per_env == resolved
+
+
+#: CartPole's costs on this machine (`gazelle: layout:` line, mlp torso, 8 envs per actor).
+CARTPOLE = StepCosts(0.008e-3, 0.019e-3, 0.008e-3)
+
+
+def test_a_count_that_halving_a_cost_cannot_change_is_settled():
+    """One round is enough where acting's or the learner's cost halved (a later round can
+    only lower one, and a slowed round ran at half speed) gives the same count: CartPole
+    (acting 77%) and deep (26%) on 2 cores; shallow (61%) and nature (43%) are near the
+    2-core threshold of 52.5% and measured in full."""
+    from gazelle.algorithms.layout import SETTLED_MARGIN, settled
+
+    assert SETTLED_MARGIN == 2.0
+    assert settled(CARTPOLE, cores=2) and settled(DEEP, cores=2)
+    assert not settled(SHALLOW, cores=2) and not settled(NATURE, cores=2)
+    assert not settled(CARTPOLE, cores=16)  # 12 actors at 77%; 11 or 14 within a factor 2
+    assert settled(SHALLOW, cores=2, num_levels=2)  # one actor per level whatever the costs
+
+
+def test_the_layout_stops_after_one_round_when_its_costs_settle_the_count(
+    small_config, monkeypatch
+):
+    """CartPole-like costs decide 2 cores' count in the first round: one round of each part
+    (the rounds' seconds as ever), and the count is the full measurement's; costs near the
+    threshold go on to all three rounds."""
+    import gazelle.algorithms.layout as layout
+    import gazelle.runtime.part_costs as part_costs
+
+    config, found, device = prepare(small_config(num_actors=2))
+    calls: list[str] = []
+
+    def fake(name: str, rate: float):
+        def measure(*args):
+            calls.append(name)
+            assert args[-1] == pytest.approx(layout.MEASURE_S / layout.ROUNDS)
+            return rate
+
+        return measure
+
+    def choose(costs: StepCosts) -> int:
+        calls.clear()
+        monkeypatch.setattr(part_costs, "env_rate", fake("env", 1 / costs.env_s))
+        monkeypatch.setattr(part_costs, "inference_rate", fake("inf", 1 / costs.inference_s))
+        monkeypatch.setattr(part_costs, "learner_rate", fake("learner", 1 / costs.learner_s))
+        n, _ = layout.choose_num_actors(config.replace(num_actors=None), found, device, cores=2)
+        return n
+
+    assert choose(CARTPOLE) == 2 and calls == ["env", "inf", "learner"]
+    assert choose(DEEP) == 1 and calls == ["env", "inf", "learner"]
+    assert choose(SHALLOW) == 2 and calls == ["env", "inf", "learner"] * 3
+    assert choose(NATURE) == 1 and calls == ["env", "inf", "learner"] * 3

@@ -3,7 +3,8 @@
 On a CPU learner, IMPALA's cores are shared between acting (env steps and the actors' own
 inference) and learning, so the right number of actor processes depends on what one agent
 step costs in each. `choose_num_actors` measures that at start-up, in core-seconds per
-agent step (each part's best of three interleaved rounds, about 3 s in all): the env and
+agent step (each part's best of three interleaved rounds, about 3 s in all; one round, about
+1 s, where its costs already decide the count: `SETTLED_MARGIN`): the env and
 an agent copy's inference here, the learner through the cost the algorithm hands it
 (`Algorithm.learner_rate` in `gazelle.config.registry`: its own fresh learner; this module
 builds none), and gives the actors their share of the cores, rounded up:
@@ -48,6 +49,14 @@ SLACK = 0.05
 #: best is kept (`best_rates`).
 MEASURE_S = 0.75
 ROUNDS = 3
+#: The rounds stop after the first where the choice would not change with acting's or the
+#: learner's cost divided by this (`settled`): a later round can only lower a cost, and a
+#: round slowed by a burst of interference was measured at half speed (the learner's round
+#: of 1,500 steps/s among 2,900 and 3,000 in tests/test_layout.py). CartPole (acting ~77%
+#: of the work) and the deep torso on 2 cores (~26%) are settled after one round of the
+#: three, about 1.5 s sooner; the shallow (~61%) and nature (~48%) torsos, near the rule's
+#: threshold of 52.5% on 2 cores, are measured in full.
+SETTLED_MARGIN = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,12 +86,34 @@ def actors_for(costs: StepCosts, cores: int, num_levels: int = 1) -> int:
 LearnerRate = Callable[[Config, "EnvProbe", torch.device], Callable[[float], float]]
 
 
+def settled(costs: StepCosts, cores: int, num_levels: int = 1) -> bool:
+    """Whether `actors_for` gives the same count with acting's cost, or the learner's,
+    divided by `SETTLED_MARGIN` (see there)."""
+    n = actors_for(costs, cores, num_levels)
+    acting_less = dataclasses.replace(
+        costs,
+        env_s=costs.env_s / SETTLED_MARGIN,
+        inference_s=costs.inference_s / SETTLED_MARGIN,
+    )
+    learner_less = dataclasses.replace(costs, learner_s=costs.learner_s / SETTLED_MARGIN)
+    return all(actors_for(c, cores, num_levels) == n for c in (acting_less, learner_less))
+
+
+def _costs(rates: dict[str, float]) -> StepCosts:
+    return StepCosts(1.0 / rates["env"], 1.0 / rates["inference"], 1.0 / rates["learner"])
+
+
 def measure_costs(
-    config: Config, found: EnvProbe, device: torch.device, learner: LearnerRate | None = None
+    config: Config,
+    found: EnvProbe,
+    device: torch.device,
+    learner: LearnerRate | None = None,
+    enough: Callable[[StepCosts], bool] | None = None,
 ) -> StepCosts:
     """Each part alone, one thread: env steps and an agent copy's inference here, the
     learner by `learner` (the algorithm's `Algorithm.learner_rate` unless given), each on
-    fresh objects (the run's own weights, optimiser state and RNG streams are not touched)."""
+    fresh objects (the run's own weights, optimiser state and RNG streams are not touched);
+    fewer rounds where `enough(costs so far)` says so (`best_rates`)."""
     from gazelle.runtime import part_costs
     from gazelle.runtime.allocator import keep_freed_memory
 
@@ -107,10 +138,11 @@ def measure_costs(
                 },
                 MEASURE_S,
                 ROUNDS,
+                None if enough is None else lambda rates: enough(_costs(rates)),
             )
     finally:
         torch.set_num_threads(threads)
-    return StepCosts(1.0 / rates["env"], 1.0 / rates["inference"], 1.0 / rates["learner"])
+    return _costs(rates)
 
 
 def choose_num_actors(
@@ -125,7 +157,9 @@ def choose_num_actors(
         n = default_num_actors(levels, cores)
         why = "every core but the learner's" if learner else "cores - 1, at least 2"
         return n, f"gazelle: layout: {n} actor{'s' if n > 1 else ''} ({why}, {cores} cores)"
-    costs = measure_costs(config, found, device, learner)
+    costs = measure_costs(
+        config, found, device, learner, lambda costs: settled(costs, cores, levels)
+    )
     n = actors_for(costs, cores, levels)
     return n, (
         f"gazelle: layout: {n} actor{'s' if n > 1 else ''} x {config.actors.envs_per_actor} envs "

@@ -59,9 +59,14 @@ def per_core_rate(fn: Callable[[], int], seconds: float) -> float:
 
 
 def best_rates(
-    parts: dict[str, Callable[[float], float]], seconds: float, rounds: int = 3
+    parts: dict[str, Callable[[float], float]],
+    seconds: float,
+    rounds: int = 3,
+    settled: Callable[[dict[str, float]], bool] | None = None,
 ) -> dict[str, float]:
-    """Each part's best rate over `rounds` interleaved rounds of `seconds / rounds` each.
+    """Each part's best rate over `rounds` interleaved rounds of `seconds / rounds` each,
+    or over fewer where `settled(rates)` says, after a round, that the best rates so far
+    already decide what they are measured for (the rounds left could only raise them).
 
     `parts` maps a name to a measurement (seconds -> rate, such as `env_rate` bound to its
     arguments). Interference (another process, the host of a VM, a part's own warm-up) only
@@ -71,9 +76,11 @@ def best_rates(
     """
     rounds = max(1, rounds)
     rates = {name: 0.0 for name in parts}
-    for _ in range(rounds):
+    for done in range(1, rounds + 1):
         for name, measure in parts.items():
             rates[name] = max(rates[name], measure(seconds / rounds))
+        if done < rounds and settled is not None and settled(dict(rates)):
+            break
     return rates
 
 
