@@ -120,7 +120,9 @@ def test_screen_and_game_variables_reach_the_agent():
     from gazelle.runtime.policy import LocalPolicy
 
     torch.manual_seed(0)
-    spec = obs_spec(make(BASIC))
+    probe = make(BASIC)
+    spec = obs_spec(probe)
+    probe.close()  # why: its engine's settings folder is removed on close
     agent = Agent(spec, torso="shallow")
 
     params = ParamStore(agent, mp.get_context("spawn"))
