@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -191,3 +192,31 @@ def test_a_parameter_server_that_went_unanswered_fails_the_calls_after_at_once(m
     with pytest.raises(RunError, match="gave no answer"):
         copy.state_dict()
     assert waited == [120.0, 120.0]
+
+
+def test_the_shutdown_after_a_silent_parameter_server_still_kills_it_and_stops_private_ray(
+    monkeypatch,
+):
+    """A3C on Ray: the fleet's shutdown reads the server's last counts first; when that read
+    raises (a silent server), the error still reaches the run, and the server is killed and
+    a Ray instance the run started stopped all the same (they were left behind before)."""
+    import gazelle.backends.ray.cluster as cluster
+    from gazelle.backends.ray.param_server import RayParameterServer
+    from gazelle.backends.ray.workers import RayWorkerFleet
+    from gazelle.errors import RunError
+
+    def unanswered(ref, timeout):
+        raise ray.exceptions.GetTimeoutError("timed out")
+
+    monkeypatch.setattr(ray, "get", unanswered)
+    killed, disconnected = [], []
+    monkeypatch.setattr(cluster, "disconnect", lambda: disconnected.append(True))
+    handle = _SilentServer()
+    fleet = object.__new__(RayWorkerFleet)
+    fleet.server = RayParameterServer(handle, timeout_s=5.0)
+    fleet._ray = SimpleNamespace(kill=lambda h, no_restart: killed.append((h, no_restart)))
+    fleet.runs, fleet.owns_ray = [object(), object()], True
+    with pytest.raises(RunError, match="gave no answer in 5 s"):
+        fleet.shutdown()
+    assert killed == [(handle, True)] and disconnected == [True]
+    assert fleet.server.handle is None and fleet.server.closed and fleet.runs == [None, None]

@@ -288,14 +288,18 @@ class RayWorkerFleet:
     def shutdown(self) -> None:
         """After the last checkpoint (which reads the server): stop Ray if this run
         started it."""
-        self.server._counts()
-        self.server.closed = True
-        with contextlib.suppress(Exception):
-            self._ray.kill(self.server.handle, no_restart=True)
-        # why: no Ray object may outlive `ray.shutdown()` (see RayFleet.close).
-        self.server.handle = None
-        self.runs = [None] * len(self.runs)
-        if self.owns_ray:
-            from gazelle.backends.ray.cluster import disconnect
+        try:
+            self.server._counts()  # why: the last counts, kept for the reads after the kill
+        finally:
+            # why: a silent server raises above (the run's one-line error); it is killed,
+            # and a private Ray stopped, all the same.
+            self.server.closed = True
+            with contextlib.suppress(Exception):
+                self._ray.kill(self.server.handle, no_restart=True)
+            # why: no Ray object may outlive `ray.shutdown()` (see RayFleet.close).
+            self.server.handle = None
+            self.runs = [None] * len(self.runs)
+            if self.owns_ray:
+                from gazelle.backends.ray.cluster import disconnect
 
-            disconnect()
+                disconnect()
