@@ -235,13 +235,13 @@ def test_the_learner_anchor_is_decoupled_ppo_step_by_step():
     `sum_t -min(1, pi_0/mu) min(r A, clip(r) A)`, `r = pi / pi_0` (Python floats, one step at a
     time, from the advantages written out as the loss's docstring says); on-policy, with pi_0
     the actors' own policy, it is the behaviour-anchored loss."""
-    from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, learner_view, policy_logits_of
+    from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, anchor_of, learner_view
 
     torch.manual_seed(0)
     agent = Agent(SPEC, "mlp", use_lstm=False)
     batch, _ = make_batch(agent, seed=6, terminated_at=[(2, 1)])
     settings = AppoSettings(LossSettings(GAMMA, 0.0, 0.0, "none", 0.95), 0.2, False)
-    on_policy = {**batch, PROXIMAL_LOGITS: policy_logits_of(agent, batch)}
+    on_policy = {**batch, PROXIMAL_LOGITS: anchor_of(agent, batch)[PROXIMAL_LOGITS]}
     plain, _ = appo_loss(agent, batch, settings)
     anchored, metrics = appo_loss(agent, on_policy, settings)
     torch.testing.assert_close(anchored, plain)
@@ -250,9 +250,8 @@ def test_the_learner_anchor_is_decoupled_ppo_step_by_step():
     g = torch.Generator().manual_seed(3)
     lagged = {**batch, "policy_logits": batch["policy_logits"] + torch.randn(
         batch["policy_logits"].shape, generator=g)}  # fmt: skip
-    proximal = policy_logits_of(agent, batch) + 0.3 * torch.randn(
-        policy_logits_of(agent, batch).shape, generator=g
-    )
+    pi_0 = anchor_of(agent, batch)[PROXIMAL_LOGITS]
+    proximal = pi_0 + 0.3 * torch.randn(pi_0.shape, generator=g)
     got, _ = appo_loss(agent, {**lagged, PROXIMAL_LOGITS: proximal}, settings)
     view = learner_view(agent, lagged, settings.impala)
     with torch.no_grad():
@@ -294,14 +293,14 @@ def test_the_learner_anchor_is_the_policy_before_the_batchs_passes():
     """`--clip-anchor learner` (and `--targets batch`): every optimiser step of a batch sees
     the learner's policy and values as they were before the first of them (each minibatch
     its own unrolls of them), not as the earlier steps left them."""
-    from gazelle.algorithms.impala.loss import PROXIMAL_VALUES, anchor_of, policy_logits_of
+    from gazelle.algorithms.impala.loss import PROXIMAL_LOGITS, PROXIMAL_VALUES, anchor_of
 
     torch.manual_seed(0)
     agent = Agent(SPEC, "mlp", use_lstm=False)
     batch, _ = make_batch(agent, seed=7)
     batch["actor_id"] = torch.arange(batch["action"].shape[1])
     batch["policy_version"] = torch.zeros(batch["action"].shape[1], dtype=torch.int64)
-    before = policy_logits_of(agent, batch)
+    before = anchor_of(agent, batch)[PROXIMAL_LOGITS]
     values = anchor_of(agent, batch)[PROXIMAL_VALUES]
     learner = AnchorLearner(agent)
     run = SimpleNamespace(passes=(2, 2), learner=learner, anchor_at_learner=True)
@@ -310,8 +309,9 @@ def test_the_learner_anchor_is_the_policy_before_the_batchs_passes():
     for (anchor, unrolls), start in zip(learner.anchors, learner.values, strict=True):
         torch.testing.assert_close(anchor, before[:, unrolls.long()])
         torch.testing.assert_close(start, values[:, unrolls.long()])
-    assert not torch.allclose(policy_logits_of(agent, batch), before)  # the steps moved it
-    assert not torch.allclose(anchor_of(agent, batch)[PROXIMAL_VALUES], values)
+    after = anchor_of(agent, batch)  # the steps moved the policy and the values
+    assert not torch.allclose(after[PROXIMAL_LOGITS], before)
+    assert not torch.allclose(after[PROXIMAL_VALUES], values)
 
 
 @pytest.mark.parametrize("use_lstm", [False, True])

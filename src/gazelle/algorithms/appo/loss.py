@@ -19,7 +19,7 @@ is in the surrogate, where the clip bounds it (a V-trace advantage already weigh
 min(1, rho) would count the correction twice).
 
 With the batch's `proximal_logits` (`--clip-anchor learner`: the learner's policy pi_0 at the
-start of the batch's passes, `impala.loss.policy_logits_of`) the surrogate is decoupled PPO's
+start of the batch's passes, `impala.loss.anchor_of`) the surrogate is decoupled PPO's
 (Hilton et al. 2021): the ratio and its clip are taken to pi_0, and the actors' lag is
 corrected by a truncated weight instead,
 

@@ -147,11 +147,6 @@ def anchor_of(agent: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Ten
         }
 
 
-def policy_logits_of(agent: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """`anchor_of`'s policy alone, `[T, B, P]`."""
-    return anchor_of(agent, batch)[PROXIMAL_LOGITS]
-
-
 #: The batch field of the learner's policy at the start of the batch's passes, `[T, B, P]`
 #: (`anchor_of`; APPO with `--clip-anchor learner`).
 PROXIMAL_LOGITS = "proximal_logits"
