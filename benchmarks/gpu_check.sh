@@ -4,9 +4,11 @@
 # On a machine with an NVIDIA GPU and torch already installed (no network needed): the CUDA
 # tests, then `gazelle bench` with central inference on the GPU and actors on every core but
 # one: the deep torso (bf16) and the shallow one at the default batch, and deep at B=32, each
-# for SECS seconds (default 90). Each bench prints its table and one JSON line;
+# for SECS seconds (default 75). Each bench prints its table and one JSON line;
 # `env_efficiency` (training fps over every core stepping Pong alone) is the figure the GPU
 # check is judged by (aim: >= 0.6; the first run, docs/performance.md, reached 0.37).
+# Last, the learners alone (`--learners N`, issue 55): learner samples/s of the deep torso
+# (bf16, B=32) for N = 1..k, one GPU each (NCCL between them), k = the GPUs there are.
 #
 # Missing Python packages travel as wheels in .whl/ (see docs/performance.md, "GPU check"):
 #   bash benchmarks/gpu_check.sh            # logs to $OUT (or ./gpu_check_out)
@@ -30,7 +32,7 @@ ACTORS=$((CORES > 2 ? CORES - 1 : 1))
 } 2>&1 | tee "$OUT/machine.txt"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py tests/test_vtrace.py \
     -k "cuda or gpu" 2>&1 | tail -8 | tee "$OUT/tests.txt"
-SECS=${SECS:-90}
+SECS=${SECS:-75}
 # deep bf16 and shallow fp32 at the default batch (B=8), then deep bf16 at B=32: on a GPU the
 # learner's batch costs little, so the larger batch shows whether B=8 leaves the GPU idle.
 for run in "deep bf16 8" "shallow fp32 8" "deep bf16 32"; do
@@ -40,3 +42,9 @@ for run in "deep bf16 8" "shallow fp32 8" "deep bf16 32"; do
         --batch-size "$batch" --seconds "$SECS" --part-seconds 3 2>&1 | grep -v '^frames' \
         | tee "$OUT/bench_${torso}_b${batch}.txt"
 done
+GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
+if [ "${GPUS:-0}" -ge 1 ]; then
+    timeout $((40 * GPUS + 60)) python3 benchmarks/learners.py --env PongNoFrameskip-v4 \
+        --model deep --precision bf16 --device cuda --batch-size 32 --seconds 15 \
+        --learners $(seq 1 "$GPUS") 2>&1 | grep -v '^gazelle:' | tee "$OUT/learners.txt"
+fi

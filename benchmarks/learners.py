@@ -5,6 +5,10 @@ step of one unroll (T x B per update). Every N is measured in this one process, 
 
     python benchmarks/learners.py --env CartPole-v1 --learners 1 2 --seconds 20
     python benchmarks/learners.py --env PongNoFrameskip-v4 --model shallow --batch-size 32
+    python benchmarks/learners.py --env PongNoFrameskip-v4 --model deep --device cuda --learners 1 2
+
+With `--device cuda` learner r runs on cuda:r (NCCL between them, one GPU each: N is at most
+the GPUs there are); `benchmarks/gpu_check.sh` measures N = 1..k on a GPU machine of k GPUs.
 """
 
 from __future__ import annotations
@@ -55,12 +59,13 @@ def synthetic_batch(agent: torch.nn.Module, steps: int, size: int) -> dict[str, 
 
 
 def measure(
-    flags: dict[str, object], learners: int, seconds: float, cores: int
-) -> dict[str, float]:
+    flags: dict[str, object], learners: int, seconds: float, cores: int, device_name: str = "cpu"
+) -> dict[str, float | str]:
     """Samples/s of `learners` learners stepping on one batch again and again, `cores`
-    torch threads in all (each learner 1/N of them, as in a run)."""
+    torch threads in all (each learner 1/N of them, as in a run), on `device` (cuda:
+    learner r on GPU r)."""
     with tempfile.TemporaryDirectory() as logdir:
-        values = {**flags, "learners": learners, "logdir": logdir, "device": "cpu"}
+        values = {**flags, "learners": learners, "logdir": logdir, "device": device_name}
         config, found, device = prepare(Config.from_flat(values))
         threads = torch.get_num_threads()
         torch.set_num_threads(cores)
@@ -74,11 +79,14 @@ def measure(
             run = type("Run", (), {"learner": learner, "passes": (1, 1)})()
             steps, size = int(config.algorithm.unroll_length), int(config.algorithm.batch_size)
             batch = synthetic_batch(agent, steps, size)
+            batch = {key: value.to(device) for key, value in batch.items()}
             train_on_batch(run, batch, 1e-4)  # why: warm-up (allocations, first kernels)
+            sync(device)
             updates, start = 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
                 train_on_batch(run, batch, 1e-4)
                 updates += 1
+            sync(device)  # why: CUDA kernels run ahead of the host; count the finished work
             took = time.perf_counter() - start
         finally:
             if group is not None:
@@ -89,7 +97,14 @@ def measure(
         "updates_per_s": updates / took,
         "samples_per_s": updates * steps * size / took,
         "threads_per_learner": max(1, cores // learners),
+        "device": str(device),
     }
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); nothing on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
@@ -101,13 +116,15 @@ def main() -> None:
     parser.add_argument("--learners", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda (learner r on cuda:r)")
+    parser.add_argument("--precision", default="fp32", help="fp32 | bf16 (the learner's autocast)")
     args = parser.parse_args()
     flags = {
         "env": args.env, "model": args.model, "batch_size": args.batch_size,
-        "unroll_length": args.unroll_length, "num_actors": 1,
+        "unroll_length": args.unroll_length, "num_actors": 1, "precision": args.precision,
     }  # fmt: skip
     for learners in args.learners:
-        row = measure(flags, learners, args.seconds, args.cores)
+        row = measure(flags, learners, args.seconds, args.cores, args.device)
         print(json.dumps({**flags, **row}), flush=True)
 
 
