@@ -98,13 +98,19 @@ def test_lockstep_counts_afresh_after_a_version_that_never_comes():
         ({"num_actors": 2, "lockstep": True}, None),
         ({"num_actors": 1, "lockstep": True, "inference": "central"}, None),
         ({"num_actors": 1, "lockstep": True, "max_policy_lag": 2}, None),
+        # an unset count is the one actor lockstep needs, not the measured layout's
+        ({"num_actors": None, "lockstep": True}, 4),
+        ({"num_actors": None, "lockstep": True, "inference": "central"}, None),
     ],
 )
 def test_only_one_actor_with_local_inference_runs_in_lockstep_when_asked(
     small_config, overrides, lockstep
 ):
     config, found, _ = prepare(small_config(**overrides))
-    assert {spec.lockstep_batch for spec in actor_specs(config, found)} == {lockstep}
+    specs = actor_specs(config, found)
+    assert {spec.lockstep_batch for spec in specs} == {lockstep}
+    if lockstep is not None:
+        assert len(specs) == 1
 
 
 def episode_returns(logdir) -> list[float]:

@@ -145,6 +145,21 @@ def measure_costs(
     return _costs(rates)
 
 
+def lockstep_applies(config: Config, levels: int, here: bool) -> bool:
+    """Whether an unset `--num-actors` is 1 for `--lockstep`: local inference on this
+    machine's actors, one level, an algorithm with a learner and no `--max-policy-lag`
+    (where lockstep acts: `impala.build.actor_specs`)."""
+    actors, algorithm = config.actors, config.algorithm
+    return bool(
+        actors.lockstep
+        and here
+        and levels == 1
+        and actors.inference == "local"
+        and getattr(algorithm, "batch_size", None)
+        and getattr(algorithm, "max_policy_lag", None) is None
+    )
+
+
 def choose_num_actors(
     config: Config, found: EnvProbe, device: torch.device, cores: int | None = None
 ) -> tuple[int, str]:
@@ -153,6 +168,10 @@ def choose_num_actors(
     levels = len(found.levels)
     learner = registry.algorithm(config.algo).learner_rate
     here = registry.backend(config.actors.backend).on_this_machine
+    if lockstep_applies(config, levels, here):
+        # why: --lockstep acts with one actor only; measuring a count it would then ignore
+        # left a lockstep run free-running on 2 actors (and its policy lagging).
+        return 1, "gazelle: layout: 1 actor (--lockstep: one actor acts in step with the learner)"
     if learner is None or not here or device.type != "cpu":
         n = default_num_actors(levels, cores)
         why = "every core but the learner's" if learner else "cores - 1, at least 2"

@@ -183,6 +183,7 @@ class ActorConfig:
     lockstep: bool = False
     """With one actor and local inference, act in lockstep with the learner (each unroll
     waits for the updates the earlier ones allow), so that a seeded CPU run repeats exactly.
+    With --num-actors unset, the layout is that one actor.
     Off by default: actor and learner then cannot overlap (Pong, nature torso, one actor:
     2,303 frames/s in lockstep against 4,413 free-running)."""
 
