@@ -113,6 +113,38 @@ def test_only_one_actor_with_local_inference_runs_in_lockstep_when_asked(
         assert len(specs) == 1
 
 
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"num_actors": 2}, "--num-actors 2 (it acts with one)"),
+        ({"num_actors": 1, "inference": "central"}, "--inference central"),
+        ({"num_actors": 1, "max_policy_lag": 2}, "--max-policy-lag"),
+        ({"num_actors": 1, "algo": "a3c"}, "--algo a3c has no learner batches"),
+        ({"num_actors": None}, None),  # the one actor it needs: it acts, nothing to say
+        ({"num_actors": 1}, None),
+    ],
+)
+def test_a_lockstep_that_cannot_act_says_why_once(small_config, capsys, overrides, says):
+    """Asked for (or set by a preset) where it cannot act, --lockstep used to be dropped
+    without a word; the run says why, once."""
+    prepare(small_config(lockstep=True, **overrides))
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "--lockstep does not act" in line]
+    if says is None:
+        assert lines == [], out
+    else:
+        assert len(lines) == 1 and says in lines[0] and lines[0].startswith("gazelle: warning:")
+
+
+def test_lockstep_does_not_act_with_the_actors_on_another_backend(small_config):
+    from gazelle.algorithms.layout import lockstep_blocked
+
+    config, _, _ = prepare(small_config(num_actors=1, lockstep=True))
+    assert lockstep_blocked(config, 1) is None
+    assert "--backend ray" in str(lockstep_blocked(config.replace(backend="ray"), 1))
+    assert "2 levels" in str(lockstep_blocked(config, 2))
+
+
 def episode_returns(logdir) -> list[float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

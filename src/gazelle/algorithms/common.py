@@ -170,9 +170,9 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         # actors' own copies avoid a round trip per step.
         config = config.replace(inference="central" if device.type == "cuda" else "local")
     found = dataclasses.replace(found, obs_spec=agent_obs_spec(config, found.obs_spec))
-    if config.actors.num_actors is None:
-        from gazelle.algorithms.layout import choose_num_actors
+    from gazelle.algorithms.layout import choose_num_actors, lockstep_blocked
 
+    if config.actors.num_actors is None:
         num_actors, why = choose_num_actors(config, found, device)
         print(why)
         config = config.replace(num_actors=num_actors)
@@ -186,6 +186,9 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
                 f"gazelle: {slots} unroll slot{'s' if slots > 1 else ''} per env: "
                 f"{actors * envs} envs for batches of {batch} (--slots-per-env to choose)"
             )
+    if (blocked := lockstep_blocked(config, len(found.levels))) is not None:
+        print(f"gazelle: warning: --lockstep does not act in this run: {blocked}; the actors "
+              "run free, their policy lagging the learner's")  # fmt: skip
     seed = config.run.seed
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use

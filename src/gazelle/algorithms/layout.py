@@ -145,19 +145,27 @@ def measure_costs(
     return _costs(rates)
 
 
-def lockstep_applies(config: Config, levels: int, here: bool) -> bool:
-    """Whether an unset `--num-actors` is 1 for `--lockstep`: local inference on this
-    machine's actors, one level, an algorithm with a learner and no `--max-policy-lag`
-    (where lockstep acts: `impala.build.actor_specs`)."""
+def lockstep_blocked(config: Config, levels: int) -> str | None:
+    """Why `--lockstep` cannot act in this run, or None (it acts, or was not asked for). It
+    acts with one actor of local inference on this machine, for an algorithm with learner
+    batches and no `--max-policy-lag` (`impala.build.actor_specs`); an unset `--num-actors`
+    counts as the one it needs (`choose_num_actors`)."""
     actors, algorithm = config.actors, config.algorithm
-    return bool(
-        actors.lockstep
-        and here
-        and levels == 1
-        and actors.inference == "local"
-        and getattr(algorithm, "batch_size", None)
-        and getattr(algorithm, "max_policy_lag", None) is None
-    )
+    if not actors.lockstep:
+        return None
+    if not registry.backend(actors.backend).on_this_machine:
+        return f"--backend {actors.backend} runs the actors elsewhere"
+    if actors.inference != "local":
+        return f"--inference {actors.inference} (it needs the actor's own copy: local)"
+    if not getattr(algorithm, "batch_size", None):
+        return f"--algo {config.algo} has no learner batches to keep step with"
+    if getattr(algorithm, "max_policy_lag", None) is not None:
+        return "--max-policy-lag drops unrolls, and the actor would wait for updates never made"
+    if levels > 1:
+        return f"{levels} levels take an actor each, and it acts with one"
+    if actors.num_actors not in (None, 1):
+        return f"--num-actors {actors.num_actors} (it acts with one)"
+    return None
 
 
 def choose_num_actors(
@@ -168,7 +176,7 @@ def choose_num_actors(
     levels = len(found.levels)
     learner = registry.algorithm(config.algo).learner_rate
     here = registry.backend(config.actors.backend).on_this_machine
-    if lockstep_applies(config, levels, here):
+    if config.actors.lockstep and lockstep_blocked(config, levels) is None:
         # why: --lockstep acts with one actor only; measuring a count it would then ignore
         # left a lockstep run free-running on 2 actors (and its policy lagging).
         return 1, "gazelle: layout: 1 actor (--lockstep: one actor acts in step with the learner)"

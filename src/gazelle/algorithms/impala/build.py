@@ -16,6 +16,7 @@ from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.algorithms.impala.passes import anchors_at_learner, reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
+from gazelle.algorithms.layout import lockstep_blocked
 from gazelle.backends import BackendRequest, Learners, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
@@ -187,12 +188,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     # why: with one actor, only the timing of its weight pulls differs between two runs of
     # one seed; acting in lockstep with the learner removes it (docs/usage.md,
     # Reproducibility). A dropped stale unroll would leave the learner short of updates.
-    lockstep = (
-        actors.lockstep
-        and actors.num_actors == 1
-        and actors.inference == "local"
-        and impala.max_policy_lag is None
-    )
+    lockstep = actors.lockstep and lockstep_blocked(config, len(levels)) is None
     return [
         ActorSpec(
             actor_id=i,
