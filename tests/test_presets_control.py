@@ -65,30 +65,31 @@ def test_a_command_that_names_no_algorithm_trains_control_with_appo():
 
 
 def test_appo_runs_control_with_ppos_shape_and_the_clip_at_the_learner():
-    """What continuous.md measured best on HalfCheetah-v5 (621 at 250K frames, seed 1)."""
+    """What continuous.md measured best on HalfCheetah-v5 and Hopper-v5 (sittings 3 and 8)."""
     config = command("--env", REACH)
     got = {
         name: config.get(name)
         for name in (
-            "envs_per_actor", "batch_size", "unroll_length", "epochs", "minibatches",
+            "envs_per_actor", "batch_size", "unroll_length", "lockstep", "epochs", "minibatches",
             "clip_ratio", "clip_anchor", "entropy_cost", "learning_rate", "optimizer",
             "reward_clipping", "popart", "normalize_advantages", "vtrace_lambda",
             "normalize_obs", "separate_value", "use_lstm", "total_frames",
         )
     }  # fmt: skip
     assert got == {
-        "envs_per_actor": 32, "batch_size": 64, "unroll_length": 32, "epochs": 10,
+        "envs_per_actor": 8, "batch_size": 8, "unroll_length": 256, "epochs": 10,
         "minibatches": 8, "clip_ratio": 0.2, "clip_anchor": "learner", "entropy_cost": 0.0,
         "learning_rate": 0.0003, "optimizer": "adam", "reward_clipping": "none",
         "popart": True, "normalize_advantages": True, "vtrace_lambda": 0.95,
         "normalize_obs": True, "separate_value": True, "use_lstm": False,
-        "total_frames": 1_000_000,
+        "total_frames": 1_000_000, "lockstep": True,
     }  # fmt: skip
     # the discrete vector tasks keep the vector preset
     cartpole = command("--env", "CartPole-v1", "--algo", "appo")
     assert (cartpole.get("batch_size"), cartpole.get("epochs")) == (16, 2)
     assert cartpole.get("reward_clipping") == "abs_one" and not cartpole.get("normalize_obs")
     assert cartpole.get("clip_anchor") is None and not cartpole.get("separate_value")
+    assert cartpole.get("lockstep") is None
 
 
 def test_impala_and_a3c_have_control_presets_and_a3c_normalises_no_observations():
@@ -131,6 +132,26 @@ def test_the_default_control_command_trains(tmp_path):
     )  # fmt: skip
     result = train(config)
     assert result.frames >= 4096 and result.updates >= 2, result
+
+
+def test_the_control_preset_acts_with_one_actor_in_lockstep_and_says_where_it_cannot(
+    tmp_path, capsys
+):
+    """The preset's 256-step unrolls want no policy lag (Hopper-v5, seed 1: 1,945 in
+    lockstep, 561 free-running at a lag of 3-4): the layout is one actor acting in step
+    with the learner; where lockstep cannot act, the run says that the preset asked for it."""
+    from gazelle.algorithms.common import prepare
+    from gazelle.algorithms.impala.build import actor_specs
+
+    config, found, _ = prepare(command("--env", REACH, logdir=str(tmp_path)))
+    specs = actor_specs(config, found)
+    assert config.actors.num_actors == 1 and [spec.lockstep_batch for spec in specs] == [8]
+    assert "--lockstep does not act" not in capsys.readouterr().out
+    argv = ["train", "--env", REACH, "--inference", "central", "--logdir", str(tmp_path)]
+    prepare(config_from_args(build_parser().parse_args(argv)))  # as `gazelle train` does
+    out = capsys.readouterr().out
+    warned = [line for line in out.splitlines() if "--lockstep (appo's gazelle preset" in line]
+    assert len(warned) == 1 and "--inference central" in warned[0], out
 
 
 def test_a_preset_value_that_clashes_with_a_flag_given_is_named_as_the_presets(tmp_path):

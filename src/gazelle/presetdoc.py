@@ -55,9 +55,10 @@ The env family is read from the env (`gazelle.config.presets.family_of`):
 FOOTER = """\
 `--clip-anchor` unset is `behaviour` (the clip at the actors' policy). With `--algo a3c`,
 `--envs-per-actor` is the envs each worker steps. Not set by a preset: `--num-actors`
-(unset: measured at start-up, [usage.md](usage.md#train)), `--slots-per-env` (unset: from
-the layout), and for Atari `--sticky-actions` and `--life-loss`, which follow the id's
-protocol ([environments.md](environments.md)).
+(unset: measured at start-up, [usage.md](usage.md#train); one with `--lockstep`, which acts
+with one actor of local inference on this machine and says so where it cannot),
+`--slots-per-env` (unset: from the layout), and for Atari `--sticky-actions` and
+`--life-loss`, which follow the id's protocol ([environments.md](environments.md)).
 """
 
 

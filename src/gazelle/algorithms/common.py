@@ -22,7 +22,7 @@ from gazelle.config import (
     resolve,
     validate,
 )
-from gazelle.config.presets import blame_preset
+from gazelle.config.presets import blame_preset, env_family
 from gazelle.runtime.learner import cpu_has_native_bf16
 from gazelle.types import INSTRUCTION, ObsSpec
 
@@ -187,8 +187,16 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
                 f"{actors * envs} envs for batches of {batch} (--slots-per-env to choose)"
             )
     if (blocked := lockstep_blocked(config, len(found.levels))) is not None:
-        print(f"gazelle: warning: --lockstep does not act in this run: {blocked}; the actors "
-              "run free, their policy lagging the learner's")  # fmt: skip
+        preset = getattr(config.algorithm, "preset", None)
+        source = (
+            ""
+            if given.actors.lockstep
+            else f" ({config.algo}'s {preset} preset for {env_family(found)} envs)"
+        )
+        print(
+            f"gazelle: warning: --lockstep{source} does not act in this run: {blocked}; the "
+            "actors run free, their policy lagging the learner's (--no-lockstep to say so)"
+        )
     seed = config.run.seed
     random.seed(seed)
     np.random.seed(seed)  # noqa: NPY002 - seeds the global RNG that envs may use

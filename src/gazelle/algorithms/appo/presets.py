@@ -27,20 +27,26 @@ APPO_PRESETS["vizdoom"].update(normalize_advantages=False)
 for _values in APPO_PRESETS.values():
     _values["lstm_lr_scale"] = 1.0
 #: Continuous control (MuJoCo; the family's default algorithm): PPO's shape of update
-#: (docs/notes/continuous.md): 2,048 frames a batch (B=64 x T=32, 2 actors x 32 envs), 10
-#: epochs of 8 minibatches, clip 0.2, no entropy bonus, unclipped rewards with PopArt,
-#: observations normalised; the clip anchored at the learner's policy before each batch
-#: (decoupled PPO: with 4 batches of policy lag the clip at the actors' policy let the
-#: policy move one clip range per 4 batches) and a value network of its own (PPO's
-#: continuous agents have one). HalfCheetah-v5 at 250K frames, seed 1: 621 with both, 255
-#: with the anchor alone, -115 with the value network alone, -186 with neither, -325 at
-#: APPO's vector preset (random: about -300). As this preset, seeds 1 and 2 (one sitting):
-#: 606 and 554 at 300K frames, where the command's earlier default (IMPALA's vector preset)
-#: reached 367 and 3. Every value is set here, so that the impala-paper preset runs the
-#: same agent (its LSTM would refuse --separate-value).
+#: (docs/notes/continuous.md): 2,048 frames a batch as 8 envs x 256 steps, one actor acting
+#: in lockstep with the learner (no policy lag), 10 epochs of 8 minibatches (one env's 256
+#: steps each), clip 0.2, no entropy bonus, unclipped rewards with PopArt, observations
+#: normalised; the clip anchored at the learner's policy before each batch (decoupled PPO)
+#: and a value network of its own (PPO's continuous agents have one).
+#:
+#: The layout, 1M frames, 3 seeds each (notes, sitting 8): Hopper-v5 1,648 +- 516 (3 of 3
+#: above 1000) against 984 +- 627 (1 of 3) with the earlier 64 envs x 32 steps from 2
+#: free-running actors; HalfCheetah-v5 HC_NEW against 1,482 +- 50. Short slices bootstrap
+#: every 32 steps on a value still being fitted (CleanRL's own PPO halves on Hopper with
+#: 64 x 32: 2,387 -> 1,147), and a policy lag cuts long unrolls' traces (8 x 256
+#: free-running, lag 3-4: 561 and 388 on Hopper's seed 1, against 1,945 in lockstep).
+#: Lockstep halves frames/s (about 2,000 against 3,500 here) and still reaches 1000 on
+#: Hopper sooner (a median of 2.3 minutes). Where lockstep cannot act (Ray, central
+#: inference on a GPU, --num-actors > 1) the run says so (`layout.lockstep_blocked`).
+#: Every value is set here, so that the impala-paper preset runs the same agent (its LSTM
+#: would refuse --separate-value).
 APPO_PRESETS["control"].update(
-    envs_per_actor=32, batch_size=64, unroll_length=32, epochs=10, minibatches=8,
-    clip_ratio=0.2, clip_anchor="learner", entropy_cost=0.0, popart=True,
+    envs_per_actor=8, batch_size=8, unroll_length=256, lockstep=True, epochs=10,
+    minibatches=8, clip_ratio=0.2, clip_anchor="learner", entropy_cost=0.0, popart=True,
     reward_clipping="none", normalize_obs=True, separate_value=True, use_lstm=False,
     total_frames=1_000_000,
 )  # fmt: skip
