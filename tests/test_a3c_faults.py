@@ -116,3 +116,30 @@ def test_a_server_that_cannot_be_read_ends_the_run_and_keeps_the_last_checkpoint
     assert "keeps the last one written" in out
     # written after the server had counted frames: one update's rollout, T x E = 10 x 2
     assert checkpoint.load(tmp_path / "checkpoint.pt")["frames"] >= 20
+
+
+def test_a_runner_that_left_for_the_stop_is_a_stop_and_one_that_died_is_an_error():
+    """The trainer looks at its runner thread while it waits for rollouts. A runner that
+    left its loop because the run is stopping is a stop (the trainer once raised "the
+    runner thread died" with no traceback then, and its process printed one at the end of
+    a run: 1 run in 6 of the fleet-check test above); one that died says why."""
+    import threading
+
+    from gazelle.algorithms.a3c.worker import runner_gone
+
+    left = threading.Thread(target=lambda: None)
+    left.start()
+    left.join()
+    assert runner_gone(left, [], lambda: True) is True
+    with pytest.raises(RuntimeError, match="left its loop while the run goes on"):
+        runner_gone(left, [], lambda: False)
+    with pytest.raises(RuntimeError, match="the runner thread died:\nTraceback: boom"):
+        runner_gone(left, ["Traceback: boom"], lambda: True)
+    release = threading.Event()
+    running = threading.Thread(target=release.wait)
+    running.start()
+    try:
+        assert runner_gone(running, [], lambda: True) is False
+    finally:
+        release.set()
+        running.join()

@@ -21,6 +21,7 @@ import dataclasses
 import math
 import threading
 import traceback
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -142,6 +143,21 @@ def train_step(
     return {**out, "skipped": 0.0, "step": float(step)}
 
 
+def runner_gone(runner: threading.Thread, errors: list[str], stopping: Callable[[], bool]) -> bool:
+    """Whether the trainer should stop for its runner thread: True once the runner has left
+    because the run is stopping, False while it runs; raises when it died (with its
+    traceback) or left while the run goes on."""
+    if errors:
+        raise RuntimeError(f"the runner thread died:\n{''.join(errors)}")
+    if runner.is_alive():
+        return False
+    # why: the runner leaves its loop when the run stops, and the trainer may look at it in
+    # the moment between (the stop is latched): that is a stop, not a death.
+    if stopping():
+        return True
+    raise RuntimeError("the runner thread died:\nit left its loop while the run goes on")
+
+
 def run_worker(
     spec: ActorSpec,
     child: WorkerContext,
@@ -183,9 +199,7 @@ def run_worker(
         runner.start()
 
         def waiting() -> bool:
-            if runner_error or not runner.is_alive():
-                raise RuntimeError(f"the runner thread died:\n{''.join(runner_error)}")
-            return child.waiting()
+            return runner_gone(runner, runner_error, child.should_stop) or child.waiting()
 
         updates = 0
         while not child.should_stop():
