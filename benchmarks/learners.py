@@ -62,7 +62,7 @@ def measure(
     flags: dict[str, object], learners: int, seconds: float, cores: int, device_name: str = "cpu"
 ) -> dict[str, float | str]:
     """Samples/s of `learners` learners stepping on one batch again and again, `cores`
-    torch threads in all (each learner 1/N of them, as in a run), on `device` (cuda:
+    torch threads in all (each learner 1/N of them, as in a run), on `device_name` (cuda:
     learner r on GPU r)."""
     with tempfile.TemporaryDirectory() as logdir:
         values = {**flags, "learners": learners, "logdir": logdir, "device": device_name}

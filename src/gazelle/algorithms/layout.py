@@ -168,6 +168,11 @@ def lockstep_blocked(config: Config, levels: int) -> str | None:
     return None
 
 
+def lockstep_acts(config: Config, levels: int) -> bool:
+    """`--lockstep` asked for (or set by the preset) and able to act (`lockstep_blocked`)."""
+    return bool(config.actors.lockstep) and lockstep_blocked(config, levels) is None
+
+
 def choose_num_actors(
     config: Config, found: EnvProbe, device: torch.device, cores: int | None = None
 ) -> tuple[int, str]:
@@ -176,7 +181,7 @@ def choose_num_actors(
     levels = len(found.levels)
     learner = registry.algorithm(config.algo).learner_rate
     here = registry.backend(config.actors.backend).on_this_machine
-    if config.actors.lockstep and lockstep_blocked(config, levels) is None:
+    if lockstep_acts(config, levels):
         # why: --lockstep acts with one actor only; measuring a count it would then ignore
         # left a lockstep run free-running on 2 actors (and its policy lagging).
         return 1, "gazelle: layout: 1 actor (--lockstep: one actor acts in step with the learner)"

@@ -35,11 +35,11 @@ for _values in APPO_PRESETS.values():
 #:
 #: The layout, 1M frames, 3 seeds each (notes, sitting 8): Hopper-v5 1,648 +- 516 (3 of 3
 #: above 1000) against 984 +- 627 (1 of 3) with the earlier 64 envs x 32 steps from 2
-#: free-running actors; HalfCheetah-v5 1,588 +- 125 against 1,482 +- 50 (sooner, level by
-#: 700K). Short slices bootstrap every 32 steps on a value still being fitted (CleanRL's own
-#: PPO halves on Hopper with 64 x 32: 2,387 -> 1,147), and a policy lag cuts long unrolls'
-#: traces (8 x 256 free-running, lag 3-4: 561 and 388 on Hopper's seed 1, against 1,945
-#: in lockstep).
+#: free-running actors; HalfCheetah-v5 1,588 +- 125 against 1,482 +- 50 (3 of 3 both;
+#: sooner, level by 700K). Short slices bootstrap every 32 steps on a value still being
+#: fitted (CleanRL's own PPO halves on Hopper with 64 x 32: 2,387 -> 1,147), and a policy
+#: lag cuts long unrolls' traces (8 x 256 free-running, lag 3-4: 561 and 388 on Hopper's
+#: seed 1, against 1,945 in lockstep).
 #: Lockstep halves frames/s (about 2,000 against 3,500 here) and still reaches 1000 on
 #: Hopper sooner (a median of 2.3 minutes). Where lockstep cannot act (Ray, central
 #: inference on a GPU, --num-actors > 1) the run says so (`layout.lockstep_blocked`).

@@ -16,7 +16,7 @@ from gazelle.algorithms.impala.loss import LossSettings, impala_loss
 from gazelle.algorithms.impala.passes import anchors_at_learner, reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
-from gazelle.algorithms.layout import lockstep_blocked
+from gazelle.algorithms.layout import lockstep_acts
 from gazelle.backends import BackendRequest, Learners, Transport, build_backend
 from gazelle.config import Config, ConfigError
 from gazelle.models import build_agent
@@ -188,7 +188,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
     # why: with one actor, only the timing of its weight pulls differs between two runs of
     # one seed; acting in lockstep with the learner removes it (docs/usage.md,
     # Reproducibility). A dropped stale unroll would leave the learner short of updates.
-    lockstep = actors.lockstep and lockstep_blocked(config, len(levels)) is None
+    lockstep = lockstep_acts(config, len(levels))
     return [
         ActorSpec(
             actor_id=i,
