@@ -44,7 +44,6 @@ the preset's 393, 1,642 and 917; docs/notes/continuous.md), so `step` stays the 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,10 +52,12 @@ import torch
 
 from gazelle.algorithms.impala.loss import (
     PROXIMAL_LOGITS,
-    PROXIMAL_VALUES,
+    STEP_ADVANTAGES,
+    STEP_VS,
     LossSettings,
     learner_view,
     normalized,
+    td_targets,
 )
 from gazelle.algorithms.impala.popart import sigma_of
 from gazelle.losses import actor_critic
@@ -97,49 +98,36 @@ def appo_loss(
     """
     view = learner_view(agent, batch, settings.impala)
     log_probs = view.target_log_probs()
-    start = view
-    if settings.targets == "batch":
-        if PROXIMAL_VALUES not in batch:
-            raise ValueError(
-                "--targets batch needs the batch's values before its passes "
-                f"({PROXIMAL_VALUES!r}: APPO's --clip-anchor learner adds them)"
-            )
-        values = batch[PROXIMAL_VALUES]
-        # why: the same shift by one as the learner's values: V_0(x_t) for t < T, then
-        # V_0(x_T) the bootstrap; the target policy is pi_0, also fixed for the batch.
-        start = dataclasses.replace(
-            view, target_logits=batch[PROXIMAL_LOGITS], values=values[:-1],
-            bootstrap_value=values[-1],
-        )  # fmt: skip
-        targets = start.vtrace(settings.impala.vtrace_lambda)
+    if STEP_VS in batch:
+        # why: steps dealt apart from their unrolls (`--minibatch-unit step`) carry the
+        # targets taken on the whole unrolls (`sequence_targets`); V-trace needs those.
+        vs, raw = batch[STEP_VS], batch[STEP_ADVANTAGES]
+        behaviour = view.distribution.log_prob(view.behaviour_logits, view.actions)
+        log_rhos = log_probs.detach() - behaviour
     else:
-        targets = view.vtrace(settings.impala.vtrace_lambda, log_probs)
+        fixed = settings.targets == "batch"
+        targets, raw = td_targets(view, batch, settings.impala.vtrace_lambda, fixed, log_probs)
+        vs, behaviour, log_rhos = targets.vs, targets.behaviour_action_log_probs, targets.log_rhos
     if keep_targets is not None:
-        keep_targets(targets.vs)
+        keep_targets(vs)
     # PopArt: both terms in units of the returns' spread (`impala.popart`); 1 without it.
     impala = settings.impala
-    sigma = (
-        sigma_of(agent, targets.vs, impala.popart_rate, view.level, reduce)
-        if impala.popart
-        else 1.0
-    )
+    sigma = sigma_of(agent, vs, impala.popart_rate, view.level, reduce) if impala.popart else 1.0
     with torch.no_grad():
-        # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
-        next_vs = torch.cat([targets.vs[1:], start.bootstrap_value.unsqueeze(0)], dim=0)
-        advantages = (view.rewards + view.discounts * next_vs - start.values) / sigma
+        advantages = raw / sigma
         raw_mean, raw_std = advantages.mean(), advantages.std()
         if settings.normalize_advantages:
             advantages = normalized(advantages, reduce)
-    anchor, weights = targets.behaviour_action_log_probs, None
+    anchor, weights = behaviour, None
     if PROXIMAL_LOGITS in batch:
         with torch.no_grad():
             anchor = view.distribution.log_prob(batch[PROXIMAL_LOGITS], view.actions)
             # why: exp(log pi_0 - log mu), truncated at 1 as V-trace's rho.
-            weights = torch.exp(anchor - targets.behaviour_action_log_probs).clamp(max=1.0)
+            weights = torch.exp(anchor - behaviour).clamp(max=1.0)
     policy, policy_metrics = clipped_surrogate_loss(
         log_probs, anchor, advantages, settings.clip_ratio, weights
     )
-    baseline, baseline_metrics = actor_critic.baseline_loss((targets.vs - view.values) / sigma)
+    baseline, baseline_metrics = actor_critic.baseline_loss((vs - view.values) / sigma)
     entropy, entropy_metrics = actor_critic.entropy_loss(view.entropy())
     total = policy + impala.baseline_cost * baseline + impala.entropy_cost * entropy
     metrics = {
@@ -147,12 +135,12 @@ def appo_loss(
         "losses/total": total.detach(),
         "appo/advantage_mean": raw_mean,
         "appo/advantage_std": raw_std,
-        "vtrace/kl_behaviour_target": (-targets.log_rhos).mean(),
+        "vtrace/kl_behaviour_target": (-log_rhos).mean(),
     }  # fmt: skip
     if weights is not None:
         metrics["appo/lag_weight_mean"] = weights.mean()
     # The two policy forces at ratio 1 (the surrogate's gradient before the ratio and the
     # clip): where the entropy term's is of the advantages' size, it steers the policy.
     metrics.update(view.logit_grad_norms(advantages, impala.entropy_cost))
-    metrics.update(view.diagnostics(targets.vs))
+    metrics.update(view.diagnostics(vs))
     return total, metrics

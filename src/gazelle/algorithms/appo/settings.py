@@ -32,7 +32,13 @@ class AppoConfig(ImpalaConfig):
     values and policy at every minibatch step, as IMPALA's loss) or batch (its values and
     policy before each batch's passes, fixed through the epochs, as PPO's GAE; the clip is
     then anchored at the learner, refused with --clip-anchor behaviour); unset: the
-    preset's (step where no preset sets it)."""
+    preset's (step where no preset sets it). With --minibatch-unit step, step's targets
+    are the learner's as each epoch starts."""
+    minibatch_unit: str | None = None
+    """What each pass deals into its minibatches: unroll (whole unrolls, any agent) or step
+    (single steps drawn from every unroll, as PPO's minibatches; a feed-forward agent only,
+    the V-trace targets then computed on the whole unrolls before each epoch); unset:
+    unroll."""
 
 
 def validate_appo(check: Checks) -> None:
@@ -50,16 +56,29 @@ def validate_appo(check: Checks) -> None:
             "step with --clip-anchor behaviour (batch takes the targets and the clip's "
             "anchor from the learner's policy before the passes: --clip-anchor learner)",
         )
-    batch, parts = check.value("batch_size"), check.value("minibatches")
-    if batch is not None and parts is not None and batch % parts:
+    check.choice("minibatch_unit", ("unroll", "step"), allow_none=True)
+    by_step = check.value("minibatch_unit") == "step"
+    if by_step and check.value("use_lstm"):
         raise ConfigError(
-            "minibatches", parts, f"a divisor of --batch-size ({batch} unrolls per batch)"
+            "minibatch_unit",
+            "step",
+            "unroll with the LSTM core (a step alone has no state to start from), or --no-use-lstm",
         )
+    batch, parts = check.value("batch_size"), check.value("minibatches")
+    length = check.value("unroll_length")
+    if by_step:
+        # why: a batch deals T x B steps; unset T or B: checked once the preset sets them.
+        units = None if batch is None or length is None else batch * length
+        flags, kind = "--batch-size x --unroll-length", "steps"
+    else:
+        units, flags, kind = batch, "--batch-size", "unrolls"
+    if units is not None and parts is not None and units % parts:
+        raise ConfigError("minibatches", parts, f"a divisor of {flags} ({units} {kind} per batch)")
     learners = check.value("learners")
-    if batch is not None and parts is not None and (batch // parts) % learners:
+    if units is not None and parts is not None and (units // parts) % learners:
         raise ConfigError(
             "minibatches",
             parts,
             f"one that leaves each minibatch a multiple of --learners ({learners}): "
-            f"--batch-size {batch} / {parts} = {batch // parts} unrolls",
+            f"{flags} {units} / {parts} = {units // parts} {kind}",
         )

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gazelle.algorithms.common import env_kwargs, learner_threads, prepare
-from gazelle.algorithms.impala.loss import LossSettings, impala_loss
-from gazelle.algorithms.impala.passes import anchors_at_learner, reducing
+from gazelle.algorithms.impala.loss import LossSettings, impala_loss, sequence_targets
+from gazelle.algorithms.impala.passes import StepTargets, anchors_at_learner, reducing
 from gazelle.algorithms.impala.popart import PopArtLoss
 from gazelle.algorithms.impala.settings import ImpalaConfig
 from gazelle.algorithms.layout import lockstep_acts
@@ -79,6 +79,11 @@ class ImpalaRun:
         return anchors_at_learner(self.config.algorithm)
 
     @property
+    def step_targets(self) -> StepTargets | None:
+        """The targets of a batch's steps for minibatches of steps (`step_targets_of`)."""
+        return step_targets_of(self.config)
+
+    @property
     def passes(self) -> tuple[int, int]:
         """`(epochs, minibatches)`: optimiser steps per batch (APPO; IMPALA: one step)."""
         section = self.config.algorithm
@@ -107,6 +112,17 @@ def loss_settings(config: Config) -> LossSettings:
         bool(section.popart),
         float(section.popart_rate),
     )
+
+
+def step_targets_of(config: Config) -> StepTargets | None:
+    """With APPO's `--minibatch-unit step`, each epoch's targets of a batch's steps
+    (`impala.loss.sequence_targets`: the learner's as the epoch starts, or with
+    `--targets batch` those before the passes); None: minibatches of whole unrolls."""
+    section = config.algorithm
+    if getattr(section, "minibatch_unit", None) != "step":
+        return None
+    fixed = getattr(section, "targets", None) == "batch"
+    return functools.partial(sequence_targets, settings=loss_settings(config), fixed=fixed)
 
 
 def with_popart(config: Config, loss: Any) -> LossFn:

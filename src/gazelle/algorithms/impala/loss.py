@@ -4,6 +4,7 @@ fields as the seed does (`learner_view`), which APPO's loss shares."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +154,60 @@ PROXIMAL_LOGITS = "proximal_logits"
 #: The batch field of the learner's values at the start of the batch's passes, `[T+1, B]`
 #: (`anchor_of`; APPO with `--targets batch`).
 PROXIMAL_VALUES = "proximal_values"
+
+
+#: The batch fields of each step's V-trace target v_s and one-step advantage
+#: r_t + gamma_t v_{t+1} - V(x_t), `[T, B]`, taken on the whole unrolls before the steps
+#: are dealt into minibatches (`sequence_targets`; APPO's `--minibatch-unit step`).
+STEP_VS = "step_vs"
+STEP_ADVANTAGES = "step_advantages"
+
+
+def td_targets(
+    view: LearnerView,
+    batch: dict[str, torch.Tensor],
+    lambda_: float,
+    fixed: bool,
+    target_log_probs: torch.Tensor | None = None,
+) -> tuple[vtrace.VTraceFromLogitsReturns, torch.Tensor]:
+    """V-trace's targets of a view's `[T, B]` steps and the advantages
+    `A_t = r_t + gamma_t * v_{t+1} - V(x_t)` `[T, B]` (v_T the bootstrap; no gradient),
+    from the learner's current values and policy, or with `fixed` from those before the
+    batch's passes (the batch's `PROXIMAL_VALUES` and `PROXIMAL_LOGITS`, `anchor_of`)."""
+    start = view
+    if fixed:
+        if PROXIMAL_VALUES not in batch:
+            raise ValueError(
+                "--targets batch needs the batch's values before its passes "
+                f"({PROXIMAL_VALUES!r}: APPO's --clip-anchor learner adds them)"
+            )
+        values = batch[PROXIMAL_VALUES]
+        # why: the same shift by one as the learner's values: V_0(x_t) for t < T, then
+        # V_0(x_T) the bootstrap; the target policy is pi_0, also fixed for the batch.
+        start = dataclasses.replace(
+            view, target_logits=batch[PROXIMAL_LOGITS], values=values[:-1],
+            bootstrap_value=values[-1],
+        )  # fmt: skip
+        targets = start.vtrace(lambda_)
+    else:
+        targets = view.vtrace(lambda_, target_log_probs)
+    with torch.no_grad():
+        # why: v_{t+1} for t = 0..T-1 is vs shifted by one, the bootstrap closing the unroll.
+        next_vs = torch.cat([targets.vs[1:], start.bootstrap_value.unsqueeze(0)], dim=0)
+        advantages = view.rewards + view.discounts * next_vs - start.values
+    return targets, advantages
+
+
+def sequence_targets(
+    agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings, fixed: bool
+) -> dict[str, torch.Tensor]:
+    """`td_targets` of a `[T+1, B]` batch as the fields `STEP_VS` and `STEP_ADVANTAGES`
+    `[T, B]`, so that its steps can be trained on apart from their unrolls (a feed-forward
+    agent's; `passes.select_steps`)."""
+    with torch.no_grad():
+        view = learner_view(agent, batch, settings)
+        targets, advantages = td_targets(view, batch, settings.vtrace_lambda, fixed)
+    return {STEP_VS: targets.vs, STEP_ADVANTAGES: advantages}
 
 
 def learner_view(agent: Any, batch: dict[str, torch.Tensor], settings: LossSettings) -> LearnerView:

@@ -2,12 +2,17 @@
 and how `--learners N` share them: every learner gets the whole batch from rank 0 (one
 broadcast) with the order of its passes, and each step trains on its 1/N of the step's
 unrolls; the learners' gradients are summed (`Learner`), so each step is the one learner's
-on the whole step's unrolls."""
+on the whole step's unrolls.
+
+A minibatch holds whole unrolls, or with APPO's `--minibatch-unit step` single steps drawn
+from all of them (`select_steps`), each carrying the targets taken on its whole unroll as
+the epoch started (the run's `step_targets`)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -19,9 +24,14 @@ from gazelle.models.value import Reduce
 from gazelle.runtime.interfaces import Collective
 from gazelle.runtime.learner import Learner, LossFn
 
+#: `(agent, batch) -> fields`: the targets of a `[T+1, B]` batch's steps, `[T, B]` each
+#: (`impala.loss.sequence_targets`), for minibatches of steps.
+StepTargets = Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+
 
 class Passes(Protocol):
-    """What the passes read of a run (`ImpalaRun`, or a learner rank's own)."""
+    """What the passes read of a run (`ImpalaRun`, or a learner rank's own); a run may
+    also have `step_targets` (`StepTargets`, or None: minibatches of whole unrolls)."""
 
     learner: Learner
 
@@ -64,6 +74,33 @@ def select_unrolls(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[
     return out
 
 
+def select_steps(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The steps `index` (`[n]` integers into a `[T+1, B]` batch's T x B steps, `t * B + b`)
+    as a batch of n one-step unrolls, `[2, n]`: row 0 each step's x_t with what came before
+    it, row 1 what followed it (the learner's view shifts by one); fields already shifted,
+    `[T, B]` (`PROXIMAL_LOGITS`, the step targets), become `[1, n]`; per-unroll fields `[n]`
+    (each step's own unroll's)."""
+    length = int(batch["reward"].shape[0]) - 1
+    width = int(batch["reward"].shape[1])
+    out = {}
+    for name, value in batch.items():
+        t, b = (index // width).to(value.device), (index % width).to(value.device)
+        if is_per_unroll(name):
+            out[name] = value[b]
+        elif value.shape[0] == length + 1:
+            # why: step t's inputs are at row t, its action, reward and end at row t + 1.
+            out[name] = torch.stack([value[t, b], value[t + 1, b]])
+        else:
+            out[name] = value[t, b].unsqueeze(0)
+    return out
+
+
+def units_of(batch: dict[str, torch.Tensor], by_step: bool) -> int:
+    """How many units a pass deals into its minibatches: the batch's steps, or unrolls."""
+    size = int(batch["policy_version"].numel())
+    return size * (int(batch["reward"].shape[0]) - 1) if by_step else size
+
+
 def drop_stale(batch: dict[str, torch.Tensor], version: int, max_lag: int | None) -> Any:
     """Drop unrolls whose policy is more than `max_lag` updates old (None keeps all)."""
     if max_lag is None:
@@ -101,7 +138,7 @@ def train_on_batch(
     group = getattr(run.learner, "collective", None)
     if group is not None:
         if orders is None and (epochs, minibatches) != (1, 1):
-            size = int(batch["policy_version"].numel())
+            size = units_of(batch, getattr(run, "step_targets", None) is not None)
             orders = [torch.randperm(size) for _ in range(epochs)]
         share(group, batch, learning_rate, orders)
     return passes(run, batch, learning_rate, orders)
@@ -126,7 +163,8 @@ def passes(
     epochs, minibatches = run.passes
     if (epochs, minibatches) == (1, 1) and group is None:
         return run.learner.step(batch, learning_rate)
-    size = int(batch["policy_version"].numel())
+    step_targets: StepTargets | None = getattr(run, "step_targets", None)
+    size = units_of(batch, step_targets is not None)
     steps: list[dict[str, Any]] = []
     for epoch in range(epochs):
         if orders is not None:
@@ -134,11 +172,19 @@ def passes(
         else:
             one_pass = (epochs, minibatches) == (1, 1)
             order = torch.arange(size) if one_pass else torch.randperm(size)
+        source = batch
+        if step_targets is not None:
+            # why: a minibatch of steps holds no unroll to run V-trace along: the targets
+            # are the whole unrolls', from the learner as this epoch starts.
+            source = {**batch, **step_targets(agent, batch)}
         for minibatch in order.chunk(minibatches):
             # why: validation made every minibatch a multiple of the learners, so the
             # shares are equal and none is empty (every learner joins every sum).
             mine = minibatch if group is None else minibatch.chunk(group.size)[group.rank]
-            steps.append(run.learner.step(select_unrolls(batch, mine), learning_rate))
+            part = (
+                select_unrolls(source, mine) if step_targets is None else select_steps(source, mine)
+            )
+            steps.append(run.learner.step(part, learning_rate))
     merged = steps[0]
     if len(steps) > 1:
         merged = {}

@@ -21,10 +21,11 @@ from gazelle.algorithms.impala.build import (
     MakeLoss,
     make_learner,
     new_agent,
+    step_targets_of,
     value_levels,
     vtrace_loss,
 )
-from gazelle.algorithms.impala.passes import anchors_at_learner, passes, receive
+from gazelle.algorithms.impala.passes import StepTargets, anchors_at_learner, passes, receive
 from gazelle.algorithms.stops import warn_on_error
 from gazelle.backends import LearnerRequest, Learners, build_learners
 from gazelle.config import Config
@@ -56,6 +57,7 @@ class _Rank:
     learner: Learner
     passes: tuple[int, int]
     anchor_at_learner: bool
+    step_targets: StepTargets | None = None
 
 
 def start(
@@ -115,7 +117,9 @@ def follow(collective: Collective, settings: RankSettings) -> None:
     section = config.algorithm
     epochs = int(getattr(section, "epochs", None) or 1)
     minibatches = int(getattr(section, "minibatches", None) or 1)
-    rank = _Rank(learner, (epochs, minibatches), anchors_at_learner(section))
+    rank = _Rank(
+        learner, (epochs, minibatches), anchors_at_learner(section), step_targets_of(config)
+    )
     while (got := receive(collective, device)) is not None:
         batch, learning_rate, orders = got
         passes(rank, batch, learning_rate, orders)
