@@ -79,19 +79,34 @@ def select_steps(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[st
     as a batch of n one-step unrolls, `[2, n]`: row 0 each step's x_t with what came before
     it, row 1 what followed it (the learner's view shifts by one); fields already shifted,
     `[T, B]` (`PROXIMAL_LOGITS`, the step targets), become `[1, n]`; per-unroll fields `[n]`
-    (each step's own unroll's)."""
+    (each step's own unroll's). `steps_of(batch)` once, then `pick` per minibatch, is the
+    same."""
+    return pick(steps_of(batch), index)
+
+
+def steps_of(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A `[T+1, B]` batch laid out by step for `pick`: `[2, T*B, ...]` for its `[T+1, B]`
+    fields (rows t and t + 1 of each step t), `[1, T*B, ...]` for its `[T, B]` ones, `[T*B]`
+    for its per-unroll ones (step t of unroll b at `t * B + b`, as `select_steps`)."""
     length = int(batch["reward"].shape[0]) - 1
-    width = int(batch["reward"].shape[1])
     out = {}
     for name, value in batch.items():
-        t, b = (index // width).to(value.device), (index % width).to(value.device)
         if is_per_unroll(name):
-            out[name] = value[b]
+            out[name] = value.unsqueeze(0).expand(length, *value.shape).flatten(0, 1)
         elif value.shape[0] == length + 1:
             # why: step t's inputs are at row t, its action, reward and end at row t + 1.
-            out[name] = torch.stack([value[t, b], value[t + 1, b]])
+            out[name] = torch.stack([value[:-1], value[1:]]).flatten(1, 2)
         else:
-            out[name] = value[t, b].unsqueeze(0)
+            out[name] = value.flatten(0, 1).unsqueeze(0)
+    return out
+
+
+def pick(steps: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The steps `index` of a batch laid out by `steps_of`."""
+    out = {}
+    for name, value in steps.items():
+        dim = 0 if is_per_unroll(name) else 1
+        out[name] = value.index_select(dim, index.to(value.device))
     return out
 
 
@@ -172,18 +187,16 @@ def passes(
         else:
             one_pass = (epochs, minibatches) == (1, 1)
             order = torch.arange(size) if one_pass else torch.randperm(size)
-        source = batch
+        by_step = None
         if step_targets is not None:
             # why: a minibatch of steps holds no unroll to run V-trace along: the targets
             # are the whole unrolls', from the learner as this epoch starts.
-            source = {**batch, **step_targets(agent, batch)}
+            by_step = steps_of({**batch, **step_targets(agent, batch)})
         for minibatch in order.chunk(minibatches):
             # why: validation made every minibatch a multiple of the learners, so the
             # shares are equal and none is empty (every learner joins every sum).
             mine = minibatch if group is None else minibatch.chunk(group.size)[group.rank]
-            part = (
-                select_unrolls(source, mine) if step_targets is None else select_steps(source, mine)
-            )
+            part = select_unrolls(batch, mine) if by_step is None else pick(by_step, mine)
             steps.append(run.learner.step(part, learning_rate))
     merged = steps[0]
     if len(steps) > 1:
