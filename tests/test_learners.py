@@ -22,8 +22,8 @@ import torch
 import gazelle.algorithms.appo.loop as appo_loop
 from gazelle.algorithms.common import prepare
 from gazelle.algorithms.impala import ranks
-from gazelle.algorithms.impala.build import make_learner, new_agent, vtrace_loss
-from gazelle.algorithms.impala.passes import anchors_at_learner, train_on_batch
+from gazelle.algorithms.impala.build import make_learner, new_agent, step_targets_of, vtrace_loss
+from gazelle.algorithms.impala.passes import anchors_at_learner, train_on_batch, units_of
 from gazelle.backends.collective import LearnerLost
 from gazelle.config import Config, ConfigError, validate
 
@@ -69,8 +69,9 @@ def view(config, learner):
     epochs, minibatches = getattr(section, "epochs", None), getattr(section, "minibatches", None)
     anchor = anchors_at_learner(section)
     return SimpleNamespace(
-        learner=learner, passes=(epochs or 1, minibatches or 1), anchor_at_learner=anchor
-    )
+        learner=learner, passes=(epochs or 1, minibatches or 1), anchor_at_learner=anchor,
+        step_targets=step_targets_of(config),
+    )  # fmt: skip
 
 
 def _make_loss(config):
@@ -84,6 +85,13 @@ CASES = {
         "popart": True, "clip_anchor": "learner", "normalize_obs": True, "use_lstm": False,
         "targets": "batch",  # why: V_0 and pi_0 from each learner's own pass on the batch
     },
+    # each learner takes every epoch's targets on the whole batch, then trains on its half
+    # of each minibatch of single steps
+    "appo-steps": {
+        "algo": "appo", "epochs": 2, "minibatches": 4, "minibatch_unit": "step",
+        "normalize_advantages": True, "popart": True, "clip_anchor": "learner",
+        "normalize_obs": True, "use_lstm": False, "targets": "step",
+    },
 }  # fmt: skip
 
 
@@ -96,7 +104,8 @@ def check_equivalence(config, found, one, one_agent, two, two_agent, start):
         if k == 1:
             batch["truncation_value"][2, B - 1] = float("nan")  # why: a non-finite loss
         # why: the same deal of APPO's minibatches for both
-        orders = None if one.passes == (1, 1) else [torch.randperm(B) for _ in range(2)]
+        units = units_of(batch, one.step_targets is not None)
+        orders = None if one.passes == (1, 1) else [torch.randperm(units) for _ in range(2)]
         want = train_on_batch(one, batch, 0.01, orders)
         got = train_on_batch(two, batch, 0.01, orders)
         assert float(got["learner/skipped"]) == float(want["learner/skipped"]) == float(k == 1)
@@ -139,12 +148,14 @@ def one_and_two(tmp_path, monkeypatch, **flags):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("case", ["appo-passes", "appo-steps"])
 def test_two_appo_learners_with_half_the_batch_each_step_as_one_learner_with_all(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, case
 ):
-    """APPO's passes: two epochs of two minibatches, normalised advantages, PopArt, the
-    learner's anchor and normalised observations, each minibatch halved."""
-    with one_and_two(tmp_path, monkeypatch, **CASES["appo-passes"]) as parts:
+    """APPO's passes: two epochs of minibatches (of unrolls, or of single steps), normalised
+    advantages, PopArt, the learner's anchor and normalised observations, each minibatch
+    halved."""
+    with one_and_two(tmp_path, monkeypatch, **CASES[case]) as parts:
         check_equivalence(*parts)
 
 
