@@ -71,14 +71,16 @@ def test_appo_runs_control_with_ppos_shape_and_the_clip_at_the_learner():
         name: config.get(name)
         for name in (
             "envs_per_actor", "batch_size", "unroll_length", "lockstep", "epochs", "minibatches",
-            "clip_ratio", "clip_anchor", "entropy_cost", "learning_rate", "optimizer",
+            "minibatch_unit", "clip_ratio", "clip_anchor", "entropy_cost", "learning_rate",
+            "optimizer",
             "reward_clipping", "popart", "normalize_advantages", "vtrace_lambda",
             "normalize_obs", "separate_value", "use_lstm", "total_frames",
         )
     }  # fmt: skip
     assert got == {
         "envs_per_actor": 8, "batch_size": 8, "unroll_length": 256, "epochs": 10,
-        "minibatches": 8, "clip_ratio": 0.2, "clip_anchor": "learner", "entropy_cost": 0.0,
+        "minibatches": 32, "minibatch_unit": "step", "clip_ratio": 0.2,
+        "clip_anchor": "learner", "entropy_cost": 0.0,
         "learning_rate": 0.0003, "optimizer": "adam", "reward_clipping": "none",
         "popart": True, "normalize_advantages": True, "vtrace_lambda": 0.95,
         "normalize_obs": True, "separate_value": True, "use_lstm": False,
@@ -155,9 +157,10 @@ def test_the_control_preset_acts_with_one_actor_in_lockstep_and_says_where_it_ca
 
 
 def test_a_preset_value_that_clashes_with_a_flag_given_is_named_as_the_presets(tmp_path):
-    """`--batch-size 4` on a control env: the preset's 8 minibatches do not divide it. The
-    error says the 8 came from the preset and which flag to set, not "invalid value 8" as
-    if the user had typed it; a value the user typed keeps the plain message."""
+    """`--unroll-length 50` on a control env: the preset's 32 minibatches of single steps
+    do not divide its 8 x 50 steps. The error says the 32 came from the preset and which
+    flag to set, not "invalid value 32" as if the user had typed it; a value the user typed
+    keeps the plain message."""
     from gazelle.algorithms.common import prepare
 
     def refused(*argv: str) -> str:
@@ -168,9 +171,10 @@ def test_a_preset_value_that_clashes_with_a_flag_given_is_named_as_the_presets(t
             prepare(config)
         return str(err.value)
 
-    message = refused("--batch-size", "4")
-    assert message.startswith("--minibatches: 8 is appo's gazelle preset for control envs")
-    assert "(set --minibatches)" in message and "a divisor of --batch-size (4" in message
-    assert refused("--batch-size", "4", "--minibatches", "3").startswith(
+    message = refused("--unroll-length", "50")
+    assert message.startswith("--minibatches: 32 is appo's gazelle preset for control envs")
+    assert "(set --minibatches)" in message
+    assert "a divisor of --batch-size x --unroll-length (400 steps per batch)" in message
+    assert refused("--unroll-length", "50", "--minibatches", "3").startswith(
         "--minibatches: invalid value 3;"
     )
