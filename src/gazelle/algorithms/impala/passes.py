@@ -79,15 +79,16 @@ def select_steps(batch: dict[str, torch.Tensor], index: torch.Tensor) -> dict[st
     as a batch of n one-step unrolls, `[2, n]`: row 0 each step's x_t with what came before
     it, row 1 what followed it (the learner's view shifts by one); fields already shifted,
     `[T, B]` (`PROXIMAL_LOGITS`, the step targets), become `[1, n]`; per-unroll fields `[n]`
-    (each step's own unroll's). `steps_of(batch)` once, then `pick` per minibatch, is the
-    same."""
-    return pick(steps_of(batch), index)
+    (each step's own unroll's). `steps_of(batch)` once, then `select_unrolls` of it per
+    minibatch, is the same."""
+    return select_unrolls(steps_of(batch), index)
 
 
 def steps_of(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A `[T+1, B]` batch laid out by step for `pick`: `[2, T*B, ...]` for its `[T+1, B]`
-    fields (rows t and t + 1 of each step t), `[1, T*B, ...]` for its `[T, B]` ones, `[T*B]`
-    for its per-unroll ones (step t of unroll b at `t * B + b`, as `select_steps`)."""
+    """A `[T+1, B]` batch laid out by step, so that `select_unrolls` picks steps from it:
+    `[2, T*B, ...]` for its `[T+1, B]` fields (rows t and t + 1 of each step t),
+    `[1, T*B, ...]` for its `[T, B]` ones, `[T*B]` for its per-unroll ones (step t of unroll
+    b at `t * B + b`, as `select_steps`)."""
     length = int(batch["reward"].shape[0]) - 1
     out = {}
     for name, value in batch.items():
@@ -98,15 +99,6 @@ def steps_of(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[name] = torch.stack([value[:-1], value[1:]]).flatten(1, 2)
         else:
             out[name] = value.flatten(0, 1).unsqueeze(0)
-    return out
-
-
-def pick(steps: dict[str, torch.Tensor], index: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The steps `index` of a batch laid out by `steps_of`."""
-    out = {}
-    for name, value in steps.items():
-        dim = 0 if is_per_unroll(name) else 1
-        out[name] = value.index_select(dim, index.to(value.device))
     return out
 
 
@@ -196,7 +188,7 @@ def passes(
             # why: validation made every minibatch a multiple of the learners, so the
             # shares are equal and none is empty (every learner joins every sum).
             mine = minibatch if group is None else minibatch.chunk(group.size)[group.rank]
-            part = select_unrolls(batch, mine) if by_step is None else pick(by_step, mine)
+            part = select_unrolls(batch if by_step is None else by_step, mine)
             steps.append(run.learner.step(part, learning_rate))
     merged = steps[0]
     if len(steps) > 1:
