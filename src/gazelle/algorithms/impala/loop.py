@@ -38,6 +38,7 @@ from gazelle.algorithms.stops import NonFiniteError, final_save, stop_on_os_erro
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
+from gazelle.runtime.batch_stats import BatchStats
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
 from gazelle.runtime.memory_check import MemoryCheck, readable
@@ -201,6 +202,7 @@ def _loop(
         else None
     )
     memory_metrics: dict[str, float] = {}
+    data = BatchStats(field.name for field in spec.fields)
     inference_seen = {"batches": 0.0, "rows": 0.0}
     deadline = state.start_time + (cfg.run.max_seconds or float("inf"))
     last_log = last_ckpt = time.monotonic()
@@ -234,6 +236,7 @@ def _loop(
         timings.add("learner", time.perf_counter() - t1)
         if memory is not None and memory.active:
             memory_metrics.update(memory.observe(kept))
+        data.add(kept)
         stall.update(metrics, state.updates, lr_scale=lr / run.learning_rate)
         state.metrics = {
             **metrics,
@@ -247,10 +250,12 @@ def _loop(
             "charts/actors_hung": telemetry.hung,
             **inference_metrics(transport.fleet.stats(), inference_seen),
             **memory_metrics,
+            **data.means(),
         }
         now = time.monotonic()
         if now - last_log >= cfg.run.log_interval_s:
             log_progress(run, state, logger, timings, telemetry, on_progress)
+            data.reset()
             last_log = now
         if now - last_ckpt >= cfg.run.checkpoint_interval_s:
             save(
