@@ -34,10 +34,16 @@ FRAMES = (WINDOW + 10) * 16 * 20
 SAYS = "seems to need memory"
 
 
-def train(env: str, logdir: Path) -> str:
+#: A3C: worker 0 alone feeds the check (`gazelle.algorithms.a3c.memory`), batches of the
+#: same 16 x 20 steps from its 4 envs, so the window's frames are twice as many with the
+#: vector preset's 2 workers.
+A3C_FRAMES = (WINDOW + 10) * 16 * 20 * 2 + 20_000
+
+
+def train(env: str, logdir: Path, *flags: str, frames: int = FRAMES) -> str:
     """stdout and stderr of `gazelle train --env ENV` at its defaults (seed 1)."""
     command = [*GAZELLE, "train", "--env", env, "--seed", "1", "--logdir", str(logdir),
-               "--total-frames", str(FRAMES)]  # fmt: skip
+               "--total-frames", str(frames), *flags]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
@@ -55,3 +61,15 @@ def test_the_default_command_says_a_memory_task_needs_the_lstm(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "memory" / "progress.jsonl").open()]
     returns = [row["episode_return"] for row in rows if row.get("episode_return") is not None]
     assert returns and returns[-1] <= 0.3, returns
+
+
+def test_a3c_at_its_default_says_a_memory_task_needs_the_lstm(tmp_path):
+    """The same with `--algo a3c` (its vector preset is memoryless too): one worker runs the
+    check on its rollouts. The A3C CartPole run of tests/test_learning.py checks that a
+    Markov task gets no verdict."""
+    out = train("gazelle/Memory-v0", tmp_path / "a3c", "--algo", "a3c", frames=A3C_FRAMES)
+    lines = [line for line in out.splitlines() if SAYS in line]
+    assert len(lines) == 1, out[-3000:]
+    assert lines[0].startswith("gazelle: warning:") and "--use-lstm" in lines[0]
+    rows = [json.loads(line) for line in (tmp_path / "a3c" / "progress.jsonl").open()]
+    assert max(row.get("memory/needed", 0.0) for row in rows) > 0

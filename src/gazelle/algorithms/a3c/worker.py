@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
+from gazelle.algorithms.a3c.memory import memory_feed
 from gazelle.algorithms.a3c.rollouts import QueueWriter, Runner, pull_rollouts
 from gazelle.config import Config
 from gazelle.runtime.actor import ActorSpec, actor_agent
@@ -143,6 +144,11 @@ def train_step(
     return {**out, "skipped": 0.0, "step": float(step)}
 
 
+def _warn(line: str) -> None:
+    """A worker's warning, printed as the run's own are (`impala.loop.warn`)."""
+    print(f"\n{line}", flush=True)
+
+
 def runner_gone(runner: threading.Thread, errors: list[str], stopping: Callable[[], bool]) -> bool:
     """Whether the trainer should stop for its runner thread: True once the runner has left
     because the run is stopping, False while it runs; raises when it died (with its
@@ -201,6 +207,10 @@ def run_worker(
         def waiting() -> bool:
             return runner_gone(runner, runner_error, child.should_stop) or child.waiting()
 
+        # why: the main process sees no rollout; worker 0 tests the task for memory
+        memory = None
+        if spec.actor_id == 0:
+            memory = memory_feed(spec.obs_spec, spec.use_lstm, spec.seed, warn=_warn)
         updates = 0
         while not child.should_stop():
             rollout = pull_rollouts(writer.rollouts, waiting, settings.rollout_timeout_s)
@@ -209,6 +219,8 @@ def run_worker(
             measure = updates % MEASURE_EVERY == 0
             summary = train_step(local, server, rollout, settings, spec.actor_id, measure, health)
             updates += 1
+            if memory is not None:
+                summary.update(memory.add(rollout))
             child.report({"type": "update", "worker": spec.actor_id, **summary})
             child.beat()
     except KeyboardInterrupt:
