@@ -105,3 +105,21 @@ def test_continuous_actions_are_read_as_inputs():
 def test_only_vector_and_discrete_fields_are_read():
     assert readable(ObsSpec((4,), None, 2))
     assert not readable(ObsSpec(fields=(image_field("frame", (1, 8, 8)),), num_actions=2))
+
+
+def test_a_predictor_worse_than_the_targets_mean_is_counted_at_the_mean():
+    """The errors enter the gains capped at the target's variance (what its mean scores).
+    The case measured on A3C's Pendulum-v1 (seed 3): the reward's `now` error 1.73x its
+    variance and `past` 0.98x, an uncapped gain of 0.74; capped, 0.02, under the threshold.
+    Where both learned (errors under the variance), the gains are the plain differences."""
+    check = MemoryCheck(ObsSpec((3,), None, 2), warmup=0)
+    var = torch.tensor([0.0072, 0.2, 0.5])
+    now = torch.tensor([1.726, 0.5, 0.4]) * var
+    past = torch.tensor([0.983, 0.2, 0.1]) * var
+    check.errors = torch.stack([now, past, var])
+    reward, end, next_obs = check.gains()
+    assert abs(reward - (1.0 - 0.983)) < 1e-5
+    assert abs(end - 0.3) < 1e-5 and abs(next_obs - 0.3) < 1e-5
+    assert check.needing() == [TARGETS.index("end"), TARGETS.index("next_obs")]
+    shares = check.shares()
+    assert abs(shares[0] - (1.0 - 0.983)) < 1e-5 and abs(shares[1] - 0.6) < 1e-5
