@@ -35,6 +35,13 @@ class NonFiniteError(RunStopped):
     """Too many updates in a row had a non-finite loss or gradient."""
 
 
+def warn(line: str) -> None:
+    """A warning of a run's loop or worker (`StallWatch`, `MemoryCheck`): printed as the
+    run's other warnings are (`report_nonfinite`), on stdout, on a line of its own (a TTY's
+    progress line is rewritten in place and has no newline yet), flushed now."""
+    print(f"\n{line}", flush=True)
+
+
 def one_line(err: BaseException) -> str:
     """`Type: first line of the message`, at most 300 characters."""
     first = (str(err).strip().splitlines() or [""])[0]

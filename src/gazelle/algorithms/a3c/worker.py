@@ -29,6 +29,7 @@ from torch import nn
 from gazelle.algorithms.a3c.loss import A3CLossSettings, a3c_loss
 from gazelle.algorithms.a3c.memory import memory_feed
 from gazelle.algorithms.a3c.rollouts import QueueWriter, Runner, pull_rollouts
+from gazelle.algorithms.stops import warn
 from gazelle.config import Config
 from gazelle.runtime.actor import ActorSpec, actor_agent
 from gazelle.runtime.allocator import keep_freed_memory
@@ -144,11 +145,6 @@ def train_step(
     return {**out, "skipped": 0.0, "step": float(step)}
 
 
-def _warn(line: str) -> None:
-    """A worker's warning, printed as the run's own are (`impala.loop.warn`)."""
-    print(f"\n{line}", flush=True)
-
-
 def runner_gone(runner: threading.Thread, errors: list[str], stopping: Callable[[], bool]) -> bool:
     """Whether the trainer should stop for its runner thread: True once the runner has left
     because the run is stopping, False while it runs; raises when it died (with its
@@ -210,7 +206,7 @@ def run_worker(
         # why: the main process sees no rollout; worker 0 tests the task for memory
         memory = None
         if spec.actor_id == 0:
-            memory = memory_feed(spec.obs_spec, spec.use_lstm, spec.seed, warn=_warn)
+            memory = memory_feed(spec.obs_spec, spec.use_lstm, spec.seed, warn=warn)
         updates = 0
         while not child.should_stop():
             rollout = pull_rollouts(writer.rollouts, waiting, settings.rollout_timeout_s)

@@ -34,7 +34,13 @@ from gazelle.algorithms.runstate import (
     save,
     write_config,
 )
-from gazelle.algorithms.stops import NonFiniteError, final_save, stop_on_os_error, warn_on_error
+from gazelle.algorithms.stops import (
+    NonFiniteError,
+    final_save,
+    stop_on_os_error,
+    warn,
+    warn_on_error,
+)
 from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
@@ -272,13 +278,6 @@ def _loop(
             )
             last_ckpt = now
     return state.frames if logger.reached(target) else None
-
-
-def warn(line: str) -> None:
-    """A warning of the run's loop (`StallWatch`, `MemoryCheck`): printed as the run's other
-    warnings are (`stops.report_nonfinite`), on stdout, on a line of its own (a TTY's
-    progress line is rewritten in place and has no newline yet), flushed now."""
-    print(f"\n{line}", flush=True)
 
 
 def _next_batch(prefetcher: Prefetcher, run: ImpalaRun) -> dict[str, torch.Tensor]:
