@@ -601,6 +601,69 @@ def test_pbt_makes_a_member_that_cannot_learn_take_over_the_better_members_check
     assert (tmp_path / "pbt" / "curves.png").is_file()
 
 
+def test_a_population_stopped_with_ctrl_c_is_continued_by_the_same_command(cluster, tmp_path):
+    """`gazelle tune` as a user runs it (a process of its own, joined to the loopback
+    cluster): Ctrl-C once both members reported stops it with exit 1 and the line that says
+    how to go on. A changed flag is then refused in one line, with nothing run. The same
+    command continues it: each unfinished member resumes in its own run folder (gazelle's
+    resume) from a report it made before Ctrl-C, never from frame 0, a finished one is not
+    run again, and both reach the budget."""
+    import shutil
+    import sys
+
+    from gazelle.tune.member import read_journal
+
+    pytest.importorskip("ray.tune", reason="needs pip install -e '.[tune]'")
+    out = tmp_path / "pop"
+    gazelle = [shutil.which("gazelle") or sys.executable]
+    gazelle += [] if shutil.which("gazelle") else ["-m", "gazelle.cli"]
+    argv = [
+        *gazelle, "tune", "--ray-address", cluster.address, "--population", "2",
+        "--frames", "3000", "--interval", "1000", "--quantile", "0", "--out", str(out),
+        "--start", "learning_rate=0.01,0.001", "--member-cpus", "1", "--env", "CartPole-v1",
+        "--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "4",
+        "--unroll-length", "10", "--log-interval-s", "0.05",
+    ]  # fmt: skip
+    homes = [out / "members" / f"member-{i}" for i in (0, 1)]
+    first = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 180
+    while not all(any(e["event"] == "report" for e in read_journal(h)) for h in homes):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    said = first.communicate(timeout=120)[0]
+    assert first.returncode == 1, said[-3000:]
+    assert "the population stopped before its end; the same command continues it" in said
+    before = [read_journal(h) for h in homes]
+    refused = subprocess.run([*argv, "--unroll-length", "20"], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "--unroll-length: invalid value 20; allowed: 10, as the population in" in refused.stderr
+    assert [read_journal(h) for h in homes] == before  # nothing ran
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, (again.stdout[-3000:], again.stderr[-3000:])
+    assert f"continuing the population in {out}" in again.stdout
+    resumed = 0
+    for home, old in zip(homes, before, strict=True):
+        events = read_journal(home)
+        new = events[len(old) :]
+        assert events[: len(old)] == old and [e["event"] for e in events].count("start") == 1
+        if old[-1]["event"] == "report" and old[-1]["frames"] >= 3000:
+            assert new == [], new  # it had finished before Ctrl-C: not run again
+            continue
+        reported = {e["frames"] for e in old if e["event"] == "report"}
+        assert new[0]["event"] == "resume" and new[0]["frames"] in reported, new[0]
+        assert new[0]["run"] == "run-0" and new[-1]["event"] == "report"
+        assert new[-1]["frames"] >= 3000
+        said = f"resumed from {home / 'run-0' / 'checkpoint.pt'} at {new[0]['frames']:,} frames"
+        assert said in (home / "console.log").read_text()
+        resumed += 1
+    assert resumed >= 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert [m["status"] for m in summary["members"].values()] == ["done", "done"]
+
+
 def _learner_actor_pids() -> list[int]:
     out = subprocess.run(["pgrep", "-f", "ray::LearnerHost"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]

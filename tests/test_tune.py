@@ -280,3 +280,55 @@ def test_a_member_that_failed_or_never_started_is_listed_not_dropped(tmp_path):
     assert summary["members"]["member-1"]["error"] == "RunStopped: the actors failed"
     assert summary["scored"] == "1 of 3" and math.isclose(summary["median"], 30.0)
     assert "Failed: RunStopped: the actors failed" in (tmp_path / "summary.md").read_text()
+
+
+def _spec(out: Path, *flags: str) -> TuneSpec:
+    from gazelle.cli import build_parser
+    from gazelle.tune.flags import spec_from_args
+
+    argv = ["tune", "--frames", "2000", "--population", "2", "--out", str(out), *flags]
+    return spec_from_args(build_parser().parse_args(argv), argv[1:])
+
+
+def test_a_population_is_continued_only_with_its_own_flags_and_from_a_folder_of_yours(tmp_path):
+    """`gazelle.tune.resume.prepare`: a new population is recorded; the same flags continue
+    it (where it runs may change); any other setting, --no-resume, a Ray Tune experiment
+    without gazelle's record, or a folder someone else can write to (Ray Tune unpickles its
+    state) is refused with the flag named."""
+    from gazelle.tune.resume import RECORD, prepare
+
+    out = tmp_path / "pop"
+    out.mkdir(mode=0o700)
+    flags = ("--start", "learning_rate=0.01,0.001", "--num-actors", "1")
+    assert prepare(_spec(out, *flags), can_restore=False) is False
+    record = json.loads((out / RECORD).read_text())
+    assert record["frames"] == 2000 and record["members"]["num_actors"] == 1
+    (out / "ray" / "member-0").mkdir(mode=0o700, parents=True)
+    (out / "ray" / "tuner.pkl").write_bytes(b"state")
+    (out / "ray" / "tuner.pkl").chmod(0o600)
+    assert prepare(_spec(out, *flags), can_restore=True) is True
+    assert prepare(_spec(out, *flags, "--member-cpus", "0.5"), can_restore=True) is True
+    refused = {
+        ("--frames", "3000"): "--frames: invalid value 3000; allowed: 2000, as the population in",
+        ("--unroll-length", "7"): "--unroll-length: invalid value 7; allowed: unset (the preset's)",
+        ("--start", "learning_rate=0.02,0.001"): "--start: invalid value [{",
+        ("--mutate", "discounting=0.9:0.999"): "--mutate: invalid value [",
+        ("--no-resume",): f"--resume: {out} holds a population already; allowed: another --out",
+    }
+    for extra, said in refused.items():
+        argv = [*flags, *extra]
+        if extra[0] == "--start":
+            argv = ["--num-actors", "1", *extra]
+        with pytest.raises(ConfigError) as err:
+            prepare(_spec(out, *argv), can_restore=True)
+        assert said in str(err.value), str(err.value)
+    assert json.loads((out / RECORD).read_text()) == record  # a refused run changes nothing
+    (out / "ray" / "member-0").chmod(0o770)
+    with pytest.raises(ConfigError) as err:
+        prepare(_spec(out, *flags), can_restore=True)
+    assert f"--out: {out / 'ray' / 'member-0'} is not yours alone" in str(err.value)
+    (out / "ray" / "member-0").chmod(0o700)
+    (out / RECORD).unlink()
+    with pytest.raises(ConfigError) as err:
+        prepare(_spec(out, *flags), can_restore=True)
+    assert "holds a Ray Tune experiment but no population.json" in str(err.value)

@@ -235,6 +235,9 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
     print(f"wrote {spec.out / 'summary.md'}, summary.json and curves.png")
     done = all(m["status"] == "done" for m in summary["members"].values())
+    if not done:
+        print("gazelle tune: the population stopped before its end; the same command "
+              "continues it (every unfinished member from its last report)")  # fmt: skip
     return 0 if done else 1
 
 

@@ -7,6 +7,7 @@
     member.py   one member: a Tune trial training a gazelle run in segments, reporting
                 its objective and checkpoint; an exploit resumes another member's
     driver.py   the cluster (private by default), the Tuner, then the summary
+    resume.py   a population that stopped, continued by the same command
     summary.py  summary.json and summary.md; figure.py: curves.png
 
 This package is the face of the project (like `suite/`): it drives whole runs through

@@ -23,6 +23,7 @@ from typing import Any
 
 from gazelle.config import ConfigError
 from gazelle.errors import RunError
+from gazelle.tune import resume
 from gazelle.tune.explore import (
     START_KEY,
     Bounds,
@@ -115,6 +116,9 @@ def run_tune(spec: TuneSpec) -> dict[str, Any]:
     from gazelle.tune.summary import write_summary
 
     spec.out.mkdir(parents=True, exist_ok=True)
+    experiment = spec.out / "ray"
+    # why: before the cluster starts, and of the spec as given (sizing reads the cluster)
+    resuming = resume.prepare(spec, tune.Tuner.can_restore(str(experiment)))
     owns = cluster.connect(spec.ray_address, spec.ray_dashboard, spec.ray_allow_tokenless)
     try:
         spec = sized(spec, ray.nodes())
@@ -143,28 +147,41 @@ def run_tune(spec: TuneSpec) -> dict[str, Any]:
             tune.with_parameters(train_member, spec=spec),
             {"cpu": spec.member_cpus, "gpu": spec.member_gpus},
         )
-        tuner = tune.Tuner(
-            trainable,
-            param_space=search_space(spec),
-            tune_config=tune.TuneConfig(
-                metric=METRIC,
-                mode="max",
-                scheduler=scheduler,
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                name="ray",
-                storage_path=str(spec.out),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP),
-                failure_config=tune.FailureConfig(max_failures=0),
-                # why: a member's last report ends its trial here, not in PBT (whose
-                # synchronous mode would pause it once more, to wait for the others)
-                stop={TIME_ATTR: spec.frames},
-                callbacks=[_socket_check()],
-                verbose=1,
-            ),
-        )
+        if resuming:
+            print(f"gazelle tune: continuing the population in {spec.out}", flush=True)
+            # why: Tune's saved state (scheduler, trials' configs and checkpoints) rules;
+            # `prepare` checked that this spec is the one it was started with
+            tuner = tune.Tuner.restore(
+                str(experiment), trainable, resume_unfinished=True, resume_errored=True
+            )
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space=search_space(spec),
+                tune_config=tune.TuneConfig(
+                    metric=METRIC,
+                    mode="max",
+                    scheduler=scheduler,
+                    trial_name_creator=_trial_name,
+                    trial_dirname_creator=_trial_name,
+                ),
+                run_config=tune.RunConfig(
+                    name="ray",
+                    storage_path=str(spec.out),
+                    checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP),
+                    # why: the experiment's state (each member's last checkpoint) reaches
+                    # OUT/ray at once, not 5 minutes later: a population stopped then
+                    # continues from its members' last reports (measured: without it,
+                    # Ctrl-C left the state of the first report)
+                    sync_config=tune.SyncConfig(sync_period=0),
+                    failure_config=tune.FailureConfig(max_failures=0),
+                    # why: a member's last report ends its trial here, not in PBT (whose
+                    # synchronous mode would pause it once more, to wait for the others)
+                    stop={TIME_ATTR: spec.frames},
+                    callbacks=[_socket_check()],
+                    verbose=1,
+                ),
+            )
         with warnings.catch_warnings():
             # why: Tune's hint to reuse actors: measured slower here (a paused member's
             # restart waited for the other member's cached actor), so each start of a

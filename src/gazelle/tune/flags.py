@@ -42,11 +42,14 @@ It writes OUT/ray/ (Ray Tune's own experiment: each trial's results, checkpoints
 pbt_global.txt), OUT/members/member-K/ (the member's gazelle runs, run-0 and one more per
 exploit, its schedule.jsonl and console.log), and OUT/summary.json, summary.md and
 curves.png: per member the schedule (which member it copied at which frame, which values
-it took) and its curve."""
+it took) and its curve. The same command run again continues a population that stopped
+before its end (Ctrl-C, a lost driver): every unfinished member from its last report."""
 
 #: `gazelle train` flags the population sets for each member; placement is tune's own.
-SET_BY_TUNE = ("logdir", "total_frames", "resume", "backend")
+SET_BY_TUNE = ("logdir", "total_frames", "backend")
 PLACEMENT = ("ray_address", "ray_allow_tokenless", "ray_dashboard")
+#: Hidden train flags that mean something to the population as a whole (tune's own).
+OWN = (*PLACEMENT, "resume")
 
 
 def add_tune_flags(parser: argparse.ArgumentParser) -> None:
@@ -105,12 +108,15 @@ def add_tune_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def show_placement_flags(parser: argparse.ArgumentParser) -> None:
-    """The hidden train flags that are tune's own placement, back in its help."""
+    """The hidden train flags that are tune's own (placement, resume), back in its help."""
     helps = {
         "ray_address": "join this Ray cluster (HOST:PORT or auto) with `gazelle train "
         "--ray-address`'s checks (default: a private Ray instance here: loopback, token)",
         "ray_allow_tokenless": "with --ray-address: join a cluster that answers without a token",
         "ray_dashboard": "the private instance's dashboard, on 127.0.0.1:8265",
+        "resume": "continue the population already in --out where it stopped (every "
+        "unfinished member from its last report; the same flags are required); "
+        "--no-resume refuses an --out that holds one (default: resume)",
     }
     for action in parser._actions:
         if action.dest in helps:
@@ -127,7 +133,7 @@ def base_config(args: argparse.Namespace) -> Config:
                 name, getattr(args, name), allowed.get(name, "leaving it out"),
                 problem="gazelle tune sets it for each member",
             )  # fmt: skip
-    values = {n: getattr(args, n) for n in all_fields() if hasattr(args, n) and n not in PLACEMENT}
+    values = {n: getattr(args, n) for n in all_fields() if hasattr(args, n) and n not in OWN}
     algo = getattr(args, "algo", None)
     if getattr(args, "config", None):
         from gazelle.config.files import read_settings
@@ -135,7 +141,7 @@ def base_config(args: argparse.Namespace) -> Config:
         from_file = read_settings(args.config, algo)
         algo = algo or from_file.pop("algo", None)
         values = {
-            **{k: v for k, v in from_file.items() if k not in SET_BY_TUNE + PLACEMENT},
+            **{k: v for k, v in from_file.items() if k not in SET_BY_TUNE + OWN},
             **values,
         }
     env = str(values.get("env") or Config().env.id)
@@ -205,4 +211,5 @@ def spec_from_args(args: argparse.Namespace, argv: Sequence[str]) -> TuneSpec:
         member_cpus=args.member_cpus,
         member_gpus=args.member_gpus,
         command=shlex.join(["gazelle", "tune", *argv]),
+        resume=bool(getattr(args, "resume", True)),
     )

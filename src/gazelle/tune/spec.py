@@ -209,6 +209,8 @@ class TuneSpec:
     member_gpus: float | None = None
     #: the command line, for the summary
     command: str = ""
+    #: continue the population already in `out` (`gazelle.tune.resume`); False refuses one
+    resume: bool = True
 
     @property
     def population(self) -> int:
