@@ -123,3 +123,35 @@ def test_a_predictor_worse_than_the_targets_mean_is_counted_at_the_mean():
     assert check.needing() == [TARGETS.index("end"), TARGETS.index("next_obs")]
     shares = check.shares()
     assert abs(shares[0] - (1.0 - 0.983)) < 1e-5 and abs(shares[1] - 0.6) < 1e-5
+
+
+def test_a_gain_that_fades_within_its_run_is_no_verdict(monkeypatch):
+    """A predictor of the past that only learned faster for a while: the next observation's
+    gain jumps to 0.2 and fades (x0.9 a batch, MountainCar seed 2's burst in short), above
+    both thresholds for 19 batches, more than `persist` (10): no verdict, since by the 10th
+    it has lost more than half its peak. A gain that holds gets one at the 10th batch. With
+    the hold rule off (`HOLD` 0) the fading one would be a verdict too."""
+    from gazelle.runtime import memory_check
+
+    def feed(gains: list[float], check: MemoryCheck) -> list[int]:
+        var = torch.tensor([0.0, 0.2, 0.5])
+        at = []
+        for k, gain in enumerate(gains):
+            now = torch.tensor([0.0, 0.1, 0.1])
+            check.errors = torch.stack([now, now - torch.tensor([0.0, 0.0, gain]) * var, var])
+            check._count()
+            at += [k + 1] if check.warned and not at else []
+        return at
+
+    fading = [0.2 * 0.9**k for k in range(40)]
+    steady = [0.15] * 40
+    assert sum(g >= 0.03 for g in fading) == 19
+
+    def check() -> MemoryCheck:
+        return MemoryCheck(ObsSpec((3,), None, 2), warn=lambda _: None, warmup=0, persist=10)
+
+    fades = check()
+    assert feed(fading, fades) == [] and feed(steady, check()) == [10]
+    assert fades.streak == 0  # its run of 19 ended
+    monkeypatch.setattr(memory_check, "HOLD", 0.0)
+    assert feed(fading, check()) == [10]
