@@ -13,7 +13,8 @@
 #   flock /work/team/cpu.lock bash benchmarks/pbt_vs_fixed.sh        # OUT=runs/pbt-vs-fixed
 #   FRAMES=200000 INTERVAL=20000 bash benchmarks/pbt_vs_fixed.sh     # a quick look
 #
-# Needs pip install -e '.[tune,doom]'. Not run yet (no figure in the docs until it has).
+# Needs pip install -e '.[tune,doom]'. Run once, 2026-12-07: docs/tune.md, "PBT against fixed
+# hyperparameters" (the summaries in benchmarks/results/pbt-vs-fixed/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-}
