@@ -266,9 +266,11 @@ def test_a3c_shared_adam_at_scale_one_is_bit_for_bit_the_one_rate_step(measured)
 
 
 def test_the_a3c_flag_reaches_the_shared_adam():
-    """`gazelle train --algo a3c --use-lstm --lstm-lr-scale 0.1`: the config holds 0.1 once
+    """`gazelle train --algo a3c --use-lstm --lstm-lr-scale 0.5`: the config holds 0.5 once
     resolved, the shared Adam the loop builds from it steps the core and the policy head at
-    0.1, and the first log line names it; every A3C preset leaves it at 1."""
+    0.5, and the first log line names it. Without the flag a vector task gets the vector
+    preset's tenth (and the control preset, its copy); every image preset, and every
+    family of the seed's own preset, leaves it at 1."""
     from gazelle.algorithms.a3c.loop import shared_adam
     from gazelle.algorithms.a3c.presets import A3C_PRESETS
     from gazelle.algorithms.a3c.report import describe
@@ -277,18 +279,21 @@ def test_the_a3c_flag_reaches_the_shared_adam():
     from gazelle.envs.probe import EnvProbe
 
     argv = ["train", "--algo", "a3c", "--env", "CartPole-v1", "--use-lstm",
-            "--lstm-lr-scale", "0.1", "--logdir", "x"]  # fmt: skip
+            "--lstm-lr-scale", "0.5", "--logdir", "x"]  # fmt: skip
     probe = EnvProbe(["CartPole-v1"], A3C_SPEC, 1, "gym")
     config = resolve(config_from_args(build_parser().parse_args(argv)), probe)
-    assert config.algo == "a3c" and config.a3c.lstm_lr_scale == 0.1
+    assert config.algo == "a3c" and config.a3c.lstm_lr_scale == 0.5
     server = shared_adam(config, 2)(small_lstm_agent())
-    assert sorted(set(server.lr_scales)) == [0.1, 1.0]
-    assert " adam lr=0.002 lstm_lr_scale=0.1 " in describe(config, 2)
+    assert sorted(set(server.lr_scales)) == [0.5, 1.0]
+    assert " adam lr=0.002 lstm_lr_scale=0.5 " in describe(config, 2)
     default = resolve(config_from_args(build_parser().parse_args(argv[:6] + argv[8:])), probe)
-    assert default.a3c.lstm_lr_scale == 1.0
-    assert set(shared_adam(default, 2)(small_lstm_agent()).lr_scales) == {1.0}
-    for families in A3C_PRESETS.values():
-        assert {values["lstm_lr_scale"] for values in families.values()} == {1.0}
+    assert default.a3c.lstm_lr_scale == 0.1
+    assert sorted(set(shared_adam(default, 2)(small_lstm_agent()).lr_scales)) == [0.1, 1.0]
+    for preset, families in A3C_PRESETS.items():
+        shares = {family: values["lstm_lr_scale"] for family, values in families.items()}
+        tenth = {"vector", "control"} if preset == "gazelle" else set()  # universe-starter: 1
+        assert {f for f, share in shares.items() if share != 1.0} == tenth, (preset, shares)
+        assert all(shares[f] == 0.1 for f in tenth)
 
 
 @pytest.mark.parametrize(
