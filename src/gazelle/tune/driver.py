@@ -134,27 +134,28 @@ def run_tune(spec: TuneSpec) -> dict[str, Any]:
         )
         # why: PBT draws its quantile choices and perturbations from Python's `random`
         random.seed(spec.tune_seed)
-        scheduler = PopulationBasedTraining(
-            time_attr=TIME_ATTR,
-            perturbation_interval=spec.interval,
-            hyperparam_mutations=hyperparam_mutations(spec.mutations),
-            quantile_fraction=spec.quantile,
-            resample_probability=spec.resample_probability,
-            custom_explore_fn=Bounds(spec.mutations),
-            synch=spec.synch,
-        )
         trainable = tune.with_resources(
             tune.with_parameters(train_member, spec=spec),
             {"cpu": spec.member_cpus, "gpu": spec.member_gpus},
         )
         if resuming:
             print(f"gazelle tune: continuing the population in {spec.out}", flush=True)
-            # why: Tune's saved state (scheduler, trials' configs and checkpoints) rules;
-            # `prepare` checked that this spec is the one it was started with
+            # why: Tune's saved state (its PBT scheduler, trials' configs and checkpoints)
+            # rules, so no scheduler is built here; `prepare` checked that this spec is the
+            # one it was started with
             tuner = tune.Tuner.restore(
                 str(experiment), trainable, resume_unfinished=True, resume_errored=True
             )
         else:
+            scheduler = PopulationBasedTraining(
+                time_attr=TIME_ATTR,
+                perturbation_interval=spec.interval,
+                hyperparam_mutations=hyperparam_mutations(spec.mutations),
+                quantile_fraction=spec.quantile,
+                resample_probability=spec.resample_probability,
+                custom_explore_fn=Bounds(spec.mutations),
+                synch=spec.synch,
+            )
             tuner = tune.Tuner(
                 trainable,
                 param_space=search_space(spec),
