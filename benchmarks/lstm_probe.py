@@ -768,15 +768,6 @@ def replay_check(
     from gazelle.runtime.actor import Actor, ActorSpec, actor_agent
     from gazelle.runtime.policy import LocalPolicy
 
-    class RecordingActor(Actor):
-        """Hands the final frame of each cut episode to the writer (it is not stored)."""
-
-        def _truncation_values(self, step: Any, out: Any, reward: torch.Tensor) -> Any:
-            for j, final in step.final_obs.items():
-                if step.truncated[j] and not step.terminated[j]:
-                    writer.finals[j] = np.asarray(final["frame"], np.float32)
-            return super()._truncation_values(step, out, reward)
-
     torch.manual_seed(seed)
     kwargs = {} if max_steps is None else {"max_episode_steps": max_steps}
     probe_env = make(env, **kwargs)
@@ -788,7 +779,18 @@ def replay_check(
     )  # fmt: skip
     agent = actor_agent(spec)
     writer = MemoryWriter()
-    actor = RecordingActor(spec, writer, LocalPolicy(agent, FixedParams(), envs))
+    actor = Actor(spec, writer, LocalPolicy(agent, FixedParams(), envs))
+    (group,) = actor.groups
+    truncation_values = group.truncation_values
+
+    def recording(step: Any, out: Any, reward: torch.Tensor) -> Any:
+        """Hands the final frame of each cut episode to the writer (it is not stored)."""
+        for j, final in step.final_obs.items():
+            if step.truncated[j] and not step.terminated[j]:
+                writer.finals[j] = np.asarray(final["frame"], np.float32)
+        return truncation_values(step, out, reward)
+
+    group.truncation_values = recording  # type: ignore[method-assign]
     truncations = 0
     for _ in range(unrolls):
         actor.unroll(writer.acquire(0, envs, 0.0, lambda: False))

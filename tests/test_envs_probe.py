@@ -103,7 +103,7 @@ def test_a_run_resolves_each_level_once_from_the_cli_to_the_actors(resolved, tmp
     each level in all (the actors get the probe's `Resolved`)."""
     from gazelle.algorithms.impala.build import actor_specs
     from gazelle.cli import build_parser, config_from_args
-    from gazelle.runtime.actor import make_env_batch
+    from gazelle.runtime.env_group import make_env_batch
 
     argv = ["train", "--env", "CartPole-v1,gazelle/Catch-v0", "--logdir", str(tmp_path)]
     config = config_from_args(build_parser().parse_args(argv))

@@ -20,6 +20,7 @@ from gazelle.backends.local.inference import (
 from gazelle.backends.local.params import ParamStore
 from gazelle.cli import main
 from gazelle.config import Config, ConfigError, validate
+from gazelle.config.presets import DEFAULT_CENTRAL_GROUPS
 from gazelle.models import Agent
 from gazelle.runtime.policy import CentralPolicy, LocalPolicy, PolicyStopped
 from gazelle.types import ObsSpec
@@ -221,6 +222,8 @@ def test_a_dead_server_fails_the_run_with_its_error():
         ("inference_max_wait_ms", -1.0, "a number in"),
         ("inference_max_batch", 0, "a positive integer"),
         ("inference_max_batch", 2, "at least --envs-per-actor (4"),
+        ("env_groups", 0, "a positive integer"),
+        ("env_groups", 5, "at most --envs-per-actor (4)"),
     ],
 )
 def test_bad_inference_values_are_config_errors(field, value, allowed):
@@ -228,6 +231,21 @@ def test_bad_inference_values_are_config_errors(field, value, allowed):
         validate(Config.of(envs_per_actor=4, **{field: value}))
     message = str(err.value)
     assert message.startswith("--" + field.replace("_", "-")) and allowed in message
+
+
+def test_env_groups_need_central_inference(capsys):
+    """Groups only hide the central server's round trip: with local inference, named or
+    picked by auto on a CPU learner, more than one is refused in one line."""
+    with pytest.raises(ConfigError, match="--env-groups: invalid value 2; allowed: 1 with "):
+        validate(Config.of(envs_per_actor=4, inference="local", env_groups=2))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--env", "CartPole-v1", "--env-groups", "2", "--logdir", "/tmp/gz-g"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--env-groups: invalid value 2; allowed: 1 with --inference local (the learner" in err
+    assert "Traceback" not in err
+    with pytest.raises(ConfigError, match="1 with --algo a3c"):
+        validate(Config.of(algo="a3c", env_groups=2))
 
 
 def test_cli_bad_inference_is_one_line(capsys):
@@ -246,7 +264,7 @@ def test_training_with_central_inference(tmp_path):
     config = Config.of(
         env="CartPole-v1",
         num_actors=2,
-        envs_per_actor=2,
+        envs_per_actor=4,
         batch_size=4,
         unroll_length=10,
         total_frames=2000,
@@ -258,9 +276,11 @@ def test_training_with_central_inference(tmp_path):
     result = train(config)
     assert result.frames >= 2000 and result.episodes > 0 and result.actor_restarts == 0
     rows = [json.loads(line) for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
-    assert any(r.get("charts/inference_batch", 0) >= 2 for r in rows)
+    # why: each request is one env group's 2 envs; more rows in a batch: several requests.
+    assert any(r.get("charts/inference_batch", 0) > 2 for r in rows)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["actors"]["inference"] == "central"
+    assert saved["actors"]["env_groups"] == DEFAULT_CENTRAL_GROUPS == 2
 
 
 def test_the_ray_inference_servers_thread_reports_its_failure_to_every_caller():

@@ -177,10 +177,11 @@ def test_a_stopped_ray_inference_server_stops_the_run_in_one_line(cluster, small
 
 
 def test_central_inference_on_ray_serves_the_actors(cluster, small, tmp_path):
-    result = train(small(total_frames=2000, inference="central", use_lstm=True))
+    config = small(total_frames=2000, inference="central", use_lstm=True, envs_per_actor=4)
+    result = train(config.replace(env_groups=2))
     assert result.frames >= 2000 and result.actor_restarts == 0
     batches = [r["charts/inference_batch"] for r in rows(tmp_path) if "charts/inference_batch" in r]
-    assert batches and all(b >= 2 for b in batches)  # at least one actor's envs per batch
+    assert batches and all(b >= 2 for b in batches)  # at least one env group's envs per batch
 
 
 def test_a3c_on_ray_updates_the_parameter_server_and_resumes(cluster, tmp_path):

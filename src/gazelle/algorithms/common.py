@@ -22,7 +22,7 @@ from gazelle.config import (
     resolve,
     validate,
 )
-from gazelle.config.presets import blame_preset, env_family
+from gazelle.config.presets import DEFAULT_CENTRAL_GROUPS, blame_preset, env_family
 from gazelle.runtime.learner import cpu_has_native_bf16
 from gazelle.types import INSTRUCTION, ObsSpec
 
@@ -169,6 +169,17 @@ def prepare(config: Config) -> tuple[Config, EnvProbe, torch.device]:
         # the device instead of every actor running the net on a CPU core); on CPU the
         # actors' own copies avoid a round trip per step.
         config = config.replace(inference="central" if device.type == "cuda" else "local")
+    central = config.actors.inference == "central"
+    if config.actors.env_groups is None:
+        envs = int(config.actors.envs_per_actor or 1)
+        config = config.replace(env_groups=min(DEFAULT_CENTRAL_GROUPS, envs) if central else 1)
+    elif config.actors.env_groups > 1 and not central:
+        raise ConfigError(
+            "env_groups",
+            config.actors.env_groups,
+            "1 with --inference local (the learner is not on a GPU, so auto picked local); "
+            "more with --inference central",
+        )
     found = dataclasses.replace(found, obs_spec=agent_obs_spec(config, found.obs_spec))
     from gazelle.algorithms.layout import choose_num_actors, lockstep_blocked
 

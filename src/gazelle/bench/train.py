@@ -159,6 +159,7 @@ CONFIG_KEYS = (
     "batch_size",
     "unroll_length",
     "inference",
+    "env_groups",
     "precision",
     "learner_threads",
     "device",
@@ -235,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--inference", type=text_flag, default="auto", help="auto | local | central"
     )
+    parser.add_argument(
+        "--env-groups",
+        type=count,
+        default=None,
+        help="central inference: env groups per actor (default: gazelle train's)",
+    )
     parser.add_argument("--precision", type=text_flag, default="fp32")
     parser.add_argument("--learner-threads", type=count, default=None)
     parser.add_argument(
@@ -290,7 +297,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         ray_address=args.ray_address,
     )
     if "batch_size" in algorithm_fields(args.algo):  # a learner fed batches by actors
-        values.update(batch_size=args.batch_size, inference=args.inference)
+        values.update(
+            batch_size=args.batch_size, inference=args.inference, env_groups=args.env_groups
+        )
     # why: flags left out keep the config's default (for A3C, fields are not optional)
     config = Config.from_flat({k: v for k, v in values.items() if v is not None})
     # why: every bad flag (an env that cannot be made too) is one line before anything is

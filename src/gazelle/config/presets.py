@@ -119,6 +119,11 @@ def default_num_actors(num_levels: int = 1, cores: int | None = None) -> int:
     return max(2, cores - 1, num_levels)
 
 
+#: Env groups per actor with central inference when --env-groups is unset
+#: (`ActorsConfig.env_groups`; measured in docs/performance.md, "Env groups").
+DEFAULT_CENTRAL_GROUPS = 2
+
+
 def default_slots_per_env(
     num_actors: int, envs_per_actor: int, batch_size: int, backend: str = DEFAULT_BACKEND
 ) -> int:

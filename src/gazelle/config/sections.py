@@ -171,6 +171,12 @@ class ActorConfig:
     inference_max_batch: int | None = None
     """Central inference: most envs per batch (at least --envs-per-actor); None: all actors'
     envs."""
+    env_groups: int | None = None
+    """Central inference: each actor's envs in this many groups, each with its own request
+    to the server in flight: one group steps its envs while the others wait for their
+    actions (as Sample Factory's double-buffered sampling); 1: the actor waits for every
+    round trip with its envs idle. Unset: 1 with local inference (no round trip to hide),
+    DEFAULT_CENTRAL_GROUPS with central (docs/performance.md, "Env groups")."""
     slots_per_env: int | None = None
     """Unroll slots per env (local: in shared memory; ray: unroll calls in flight): more
     buffering, more policy lag. None: 1 where the actors' envs hold a batch plus one

@@ -114,6 +114,20 @@ def validate(config: Config) -> Config:
             f"{' | '.join(with_learners)})",
         )
     check.in_range("inference_max_wait_ms", 0.0, 10_000.0)
+    check.positive("env_groups", allow_none=True)
+    groups = config.actors.env_groups
+    if groups is not None and groups > 1 and config.actors.inference == "local":
+        raise ConfigError(
+            "env_groups",
+            groups,
+            "1 with --inference local (an actor's own agent copy has no round trip to hide); "
+            "more with --inference central",
+        )
+    envs = config.actors.envs_per_actor
+    if groups is not None and envs is not None and groups > envs:
+        raise ConfigError(
+            "env_groups", groups, f"at most --envs-per-actor ({envs}): a group is one env or more"
+        )
     check.positive("inference_max_batch", allow_none=True)
     max_batch, envs = config.actors.inference_max_batch, config.actors.envs_per_actor
     if max_batch is not None and envs is not None and max_batch < envs:

@@ -161,7 +161,10 @@ class PolicyStopped(Exception):
 
 
 class InferenceClient(Protocol):
-    """An actor's line to a central inference server (one request in flight)."""
+    """An actor's line to a central inference server (one request in flight): `submit`
+    sends one, `receive` waits for its answer, `infer` does both. An actor with several env
+    groups holds one client per group, so one group steps its envs while another's request
+    is served."""
 
     @property
     def state_size(self) -> int:
@@ -175,6 +178,14 @@ class InferenceClient(Protocol):
         `done`, and `state_h`/`state_c` with a core): `action`, `policy_logits`, `baseline`
         (and the new `state_h`/`state_c`), each `[count, ...]`, plus the weights' version.
         Raises TimeoutError without an answer in time, PolicyStopped when the run stops."""
+        ...
+
+    def submit(self, inputs: dict[str, torch.Tensor], count: int) -> None:
+        """Send the request of `infer` without waiting (none may be in flight)."""
+        ...
+
+    def receive(self) -> tuple[dict[str, torch.Tensor], int]:
+        """Wait for the answer to the request in flight: as `infer` returns it."""
         ...
 
 

@@ -45,6 +45,16 @@ class Policy(Protocol):
     ) -> AgentOutput:
         """Outputs `[E, ...]` for all envs' inputs `[E, ...]`; advances `state`."""
 
+    def submit(
+        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
+    ) -> None:
+        """The first half of `step`: hand over its inputs (central: send the request).
+        Until `receive`, `state` is still the state these inputs are stepped from."""
+
+    def receive(self) -> AgentOutput:
+        """The second half of `step`: the outputs of the submitted inputs; advances `state`.
+        Local inference computes them here, so weights pulled in between are the ones used."""
+
     def values(
         self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, index: torch.Tensor
     ) -> torch.Tensor:
@@ -77,10 +87,23 @@ class _StatefulPolicy:
         level = self.level
         return None if level is None else torch.full((count,), level, dtype=torch.int64)
 
+    _inputs: tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
     def step(
         self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
     ) -> AgentOutput:
-        out, self.state = self._call(obs, last_action, reward, done, self.state)
+        self.submit(obs, last_action, reward, done)
+        return self.receive()
+
+    def submit(
+        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
+    ) -> None:
+        self._inputs = (obs, last_action, reward, done)
+
+    def receive(self) -> AgentOutput:
+        assert self._inputs is not None, "receive() without submit()"
+        inputs, self._inputs = self._inputs, None
+        out, self.state = self._call(*inputs, self.state)
         return out
 
     def values(
@@ -184,6 +207,32 @@ class CentralPolicy(_StatefulPolicy):
     def begin_unroll(self) -> None:
         self._version = None
 
+    def _request(
+        self,
+        obs: Obs,
+        last_action: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        state: AgentState,
+    ) -> dict[str, torch.Tensor]:
+        inputs = {**obs, "last_action": last_action, "reward": reward, "done": done}
+        if state:
+            inputs["state_h"], inputs["state_c"] = state
+        levels = self._levels(len(done))
+        if levels is not None:
+            inputs["level"] = levels
+        return inputs
+
+    def _answer(
+        self, response: dict[str, torch.Tensor], version: int, stateful: bool
+    ) -> tuple[AgentOutput, AgentState]:
+        out = AgentOutput(response["action"], response["policy_logits"], response["baseline"])
+        new_state: AgentState = (response["state_h"], response["state_c"]) if stateful else ()
+        # why: the server may swap weights between two steps of an unroll; the oldest
+        # version that produced an output is the honest policy lag.
+        self._version = version if self._version is None else min(self._version, version)
+        return out, new_state
+
     def _call(
         self,
         obs: Obs,
@@ -192,16 +241,16 @@ class CentralPolicy(_StatefulPolicy):
         done: torch.Tensor,
         state: AgentState,
     ) -> tuple[AgentOutput, AgentState]:
-        inputs = {**obs, "last_action": last_action, "reward": reward, "done": done}
-        if state:
-            inputs["state_h"], inputs["state_c"] = state
-        levels = self._levels(len(done))
-        if levels is not None:
-            inputs["level"] = levels
-        response, version = self.client.infer(inputs, len(done))
-        out = AgentOutput(response["action"], response["policy_logits"], response["baseline"])
-        new_state: AgentState = (response["state_h"], response["state_c"]) if state else ()
-        # why: the server may swap weights between two steps of an unroll; the oldest
-        # version that produced an output is the honest policy lag.
-        self._version = version if self._version is None else min(self._version, version)
-        return out, new_state
+        inputs = self._request(obs, last_action, reward, done, state)
+        return self._answer(*self.client.infer(inputs, len(done)), bool(state))
+
+    def submit(
+        self, obs: Obs, last_action: torch.Tensor, reward: torch.Tensor, done: torch.Tensor
+    ) -> None:
+        # why: the request goes now, so the server can serve it while the actor steps its
+        # other env groups; `state` stays the one it was sent with until `receive`.
+        self.client.submit(self._request(obs, last_action, reward, done, self.state), len(done))
+
+    def receive(self) -> AgentOutput:
+        out, self.state = self._answer(*self.client.receive(), bool(self.state))
+        return out

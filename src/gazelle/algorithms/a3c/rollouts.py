@@ -123,8 +123,9 @@ class Runner(Actor):
         # why: the policy's state is now the one after x_{T-1}, so this is V(x_T) from the
         # state the next step would use (the seed's `policy.value(last_state, *features)`),
         # with the weights that acted; where x_T starts an episode, the loss ignores it.
+        (group,) = self.groups  # why: A3C's workers act with their own network: one group
         index = torch.arange(self.spec.envs_per_actor)
-        values = self.policy.values(self.obs, self.last["action"], self.last["reward"], index)
+        values = group.policy.values(group.obs, group.last["action"], group.last["reward"], index)
         self.buffers.write_bootstrap(values)
 
 

@@ -96,6 +96,12 @@ def validate_a3c(check: Checks) -> None:
             "1 with --algo a3c (its workers are its parallel learners: set their number "
             "with --num-actors), or --algo impala | appo",
         )
+    groups = check.value("env_groups")
+    if groups not in (None, 1):
+        # why: A3C's workers act with their own copy of the network (no inference server).
+        raise ConfigError(
+            "env_groups", groups, "1 with --algo a3c (its workers act with their own network)"
+        )
     check.choice("advantage_values", ADVANTAGE_VALUES_CHOICES, allow_none=True)
     check.choice("reward_clipping", REWARD_CLIPPING_CHOICES)
     check.positive("reward_scale", integer=False)

@@ -222,6 +222,7 @@ def actor_specs(config: Config, found: EnvProbe) -> list[ActorSpec]:
             agent_options=config.model.agent_options(),
             action_bounds=config.model.action_bounds,
             env_target=found.target(levels[i % len(levels)]),
+            env_groups=actors.env_groups or 1,
         )
         for i in range(actors.num_actors)
     ]

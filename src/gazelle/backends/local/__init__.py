@@ -45,10 +45,12 @@ def build(request: BackendRequest) -> Transport:
             request.actors, buffers, params, ctx, actor_timeout_s=request.actor_timeout_s
         )
         return Transport(buffers, params, fleet)
+    # why: a request slot per env group (`group_slot`), each as large as the largest group.
+    groups = first.env_groups
     channels = InferenceChannels(
         first.obs_spec,
-        len(request.actors),
-        first.envs_per_actor,
+        len(request.actors) * groups,
+        max(hi - lo for lo, hi in first.group_bounds()),
         state_size(first.use_lstm),
         ctx,
     )

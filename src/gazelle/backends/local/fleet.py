@@ -22,6 +22,7 @@ from gazelle.backends.local.inference import (
     InferenceChannels,
     InferenceServer,
     SharedMemoryInferenceClient,
+    group_slot,
 )
 from gazelle.backends.local.params import ParamStore
 from gazelle.backends.local.process import ProcessFleet
@@ -35,13 +36,25 @@ def make_policy(
     params: ParamStore,
     channels: InferenceChannels | None,
     should_stop: Callable[[], bool],
-) -> Policy:
-    """A `CentralPolicy` on `channels` when given (central inference), else a `LocalPolicy`."""
+) -> Policy | list[Policy]:
+    """A `CentralPolicy` on `channels` when given (central inference), else a `LocalPolicy`.
+
+    With central inference an actor gets one per env group, each on its own request slot
+    (`group_slot`), so that each group can have a request in flight."""
     if channels is not None:
-        client = SharedMemoryInferenceClient(
-            channels, spec.actor_id, should_stop, spec.response_timeout_s
-        )
-        return CentralPolicy(client, spec.envs_per_actor, level=spec.value_level)
+        return [
+            CentralPolicy(
+                SharedMemoryInferenceClient(
+                    channels,
+                    group_slot(spec.actor_id, group, spec.env_groups),
+                    should_stop,
+                    spec.response_timeout_s,
+                ),
+                hi - lo,
+                level=spec.value_level,
+            )
+            for group, (lo, hi) in enumerate(spec.group_bounds())
+        ]
     return LocalPolicy(
         actor_agent(spec),
         params,

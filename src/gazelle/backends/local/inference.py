@@ -38,7 +38,8 @@ POLL_S = 0.1
 
 
 class InferenceChannels:
-    """One request and one response slot per actor in shared memory, plus the signals.
+    """One request and one response slot per actor (per env group of each actor with
+    several: `num_actors` counts slots then) in shared memory, plus the signals.
 
     Request fields (per actor, `[N, E, ...]`): one per observation field of the `ObsSpec`
     (`frame`, `instruction`, ...), `last_action` `[N, E, *actions.shape]` of the action
@@ -102,9 +103,15 @@ class InferenceChannels:
         return "state_h" in self.request
 
 
+def group_slot(actor_id: int, group: int, groups: int) -> int:
+    """The request slot of env group `group` of actor `actor_id` (each of `groups` groups)."""
+    return actor_id * groups + group
+
+
 class SharedMemoryInferenceClient:
-    """Actor `actor_id`'s client of the `InferenceServer`: one request in flight through its
-    slot of `channels` (implements `gazelle.runtime.interfaces.InferenceClient`)."""
+    """The client of request slot `actor_id` of `channels` (an actor's, or one env group's:
+    `group_slot`): one request in flight through it (implements
+    `gazelle.runtime.interfaces.InferenceClient`)."""
 
     def __init__(
         self,
@@ -118,6 +125,7 @@ class SharedMemoryInferenceClient:
         # why: continue the slot's sequence numbers, so a response to a request of a dead
         # predecessor in this slot is never mistaken for one of ours.
         self.seq = int(channels.request_seq[actor_id])
+        self._count = 0
 
     @property
     def state_size(self) -> int:
@@ -127,15 +135,23 @@ class SharedMemoryInferenceClient:
     def infer(
         self, inputs: dict[str, torch.Tensor], count: int
     ) -> tuple[dict[str, torch.Tensor], int]:
+        self.submit(inputs, count)
+        return self.receive()
+
+    def submit(self, inputs: dict[str, torch.Tensor], count: int) -> None:
         channels, actor = self.channels, self.actor_id
         for name, value in inputs.items():
             channels.request[name][actor, :count] = value
         channels.count[actor] = count
+        self._count = count
         self.seq += 1
         # why: the sequence number is written after the rows and before the signal, so the
         # server never serves rows older than the number it answers with.
         channels.request_seq[actor] = self.seq
         channels.wake.release()
+
+    def receive(self) -> tuple[dict[str, torch.Tensor], int]:
+        channels, actor, count = self.channels, self.actor_id, self._count
         deadline = time.monotonic() + self.timeout_s
         while int(channels.response_seq[actor]) != self.seq:
             if self.should_stop():

@@ -96,7 +96,7 @@ class ActorHost:
         layout = SlotLayout(spec.unroll_length, spec.obs_spec, state_size(spec.use_lstm))
         self.writer = ArrayWriter(layout, spec.envs_per_actor)
         self.params = RefParams()
-        policy: Policy
+        policy: Policy | list[Policy]
         if server is None:
             policy = LocalPolicy(
                 actor_agent(spec), self.params, spec.envs_per_actor, level=spec.value_level
@@ -105,8 +105,15 @@ class ActorHost:
             from gazelle.backends.ray.inference import RayInferenceClient
 
             size = state_size(spec.use_lstm)
-            client = RayInferenceClient(server, size, spec.response_timeout_s)
-            policy = CentralPolicy(client, spec.envs_per_actor, level=spec.value_level)
+            # why: a client per env group, so each group can have a request in flight.
+            policy = [
+                CentralPolicy(
+                    RayInferenceClient(server, size, spec.response_timeout_s),
+                    hi - lo,
+                    level=spec.value_level,
+                )
+                for lo, hi in spec.group_bounds()
+            ]
         self.events: list[dict[str, Any]] = []
         self.actor = Actor(spec, self.writer, policy, self.events.append)
 
@@ -116,7 +123,7 @@ class ActorHost:
         slots = list(range(self.spec.envs_per_actor))
         self.actor.unroll(slots)
         spec = self.spec
-        self.writer.commit(slots, spec.actor_id, spec.level_id, self.actor.policy.version)
+        self.writer.commit(slots, spec.actor_id, spec.level_id, self.actor.version)
         events, self.events[:] = list(self.events), []
         return {"data": self.writer.arrays(), "meta": dict(self.writer.meta), "events": events}
 

@@ -176,6 +176,7 @@ class RayInferenceClient:
 
     def __init__(self, server: Any, state_size: int, timeout_s: float) -> None:
         self.server, self._state_size, self.timeout_s = server, state_size, timeout_s
+        self._pending: Any = None
 
     @property
     def state_size(self) -> int:
@@ -184,13 +185,19 @@ class RayInferenceClient:
     def infer(
         self, inputs: dict[str, torch.Tensor], count: int
     ) -> tuple[dict[str, torch.Tensor], int]:
+        self.submit(inputs, count)
+        return self.receive()
+
+    def submit(self, inputs: dict[str, torch.Tensor], count: int) -> None:
+        arrays = {k: v.numpy() for k, v in inputs.items()}
+        self._pending = self.server.infer.remote(arrays, count)
+
+    def receive(self) -> tuple[dict[str, torch.Tensor], int]:
         import ray
 
-        arrays = {k: v.numpy() for k, v in inputs.items()}
+        pending, self._pending = self._pending, None
         try:
-            outputs, version = ray.get(
-                self.server.infer.remote(arrays, count), timeout=self.timeout_s
-            )
+            outputs, version = ray.get(pending, timeout=self.timeout_s)
         except ray.exceptions.GetTimeoutError as error:
             message = f"no answer from the inference server in {self.timeout_s}s"
             raise TimeoutError(message) from error
@@ -215,9 +222,9 @@ def start_server(request: Any) -> Any:
     here = ray.get_runtime_context().get_node_id()
     cuda = request.device.type == "cuda"
     host = ray.remote(InferenceHost).options(
-        # why: one thread per actor's request plus the weights' setter; the batching runs
-        # on a thread of its own.
-        max_concurrency=len(request.actors) + 4,
+        # why: one thread per request in flight (one per env group of each actor) plus the
+        # weights' setter; the batching runs on a thread of its own.
+        max_concurrency=len(request.actors) * first.env_groups + 4,
         num_cpus=0,
         num_gpus=0.5 if cuda else 0,
         # why: next to the learner, whose weights it needs every update.
