@@ -12,7 +12,9 @@ unit_health`); this names every layer, on frames the agent chose itself (docs/re
     python benchmarks/unit_health.py RUN --checkpoint RUN/checkpoint.pt.prev --json
 
 Per network: each `nn.ReLU`'s and `nn.ELU`'s dead share (`unit_health.dead_floor`), the
-saturated share of each `nn.LSTM`'s gates, the RMS of the torso's output, and per layer group
+saturated share of each `nn.LSTM`'s gates and what drives each gate (the RMS of the input's
+part, the recurrent part, the biases and the pre-activation), the RMS of the torso's output
+and of the core's input, and per layer group
 the gradient norm of `sum log pi(a_t) + sum V(x_t)` over the steps (how much signal reaches
 each group).
 """
@@ -67,6 +69,7 @@ def play(agent: Any, env: Any, encode: ObsEncoder, steps: int, seed: int) -> dic
 def inspect(agent: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
     """One unroll of `agent` over `inputs`: per layer dead or saturated shares, gradients."""
     report: dict[str, Any] = {"dead_units": {}, "saturated_gates": {}}
+    parts: list[dict[str, torch.Tensor]] = []
     handles = []
     for name, module in agent.named_modules():
         floor = dead_floor(module)
@@ -81,6 +84,7 @@ def inspect(agent: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
                 count, total = saturated_gates(m, ins[0], ins[1][0], out[0])
                 old = report["saturated_gates"].get(name, (0, 0))
                 report["saturated_gates"][name] = (old[0] + int(count), old[1] + total)
+                parts.append(gate_parts(m, ins[0], ins[1][0], out[0]))
 
             handles.append(module.register_forward_hook(lstm_hook))
     agent.zero_grad()
@@ -91,6 +95,15 @@ def inspect(agent: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
     for handle in handles:
         handle.remove()
     report["saturated_gates"] = {k: s / n for k, (s, n) in report["saturated_gates"].items()}
+    if parts:
+        # why: an unroll is cut into stretches at episode starts: one call each; weight the
+        # calls' mean squares by their steps.
+        steps = torch.tensor([float(p.pop("steps")) for p in parts])
+        weights = steps[:, None] / steps.sum()
+        report["gates"] = {
+            key: (torch.stack([p[key] for p in parts]) * weights).sum(0).sqrt().tolist()
+            for key in parts[0]
+        }
     logits, values = out.policy_logits[:, 0], out.baseline[:, 0]
     logp = F.log_softmax(logits, dim=-1)
     report["entropy"] = float(-(logp.exp() * logp).sum(-1).mean().detach())
@@ -109,6 +122,31 @@ def inspect(agent: nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def gate_parts(
+    lstm: nn.LSTM, inputs: torch.Tensor, h0: torch.Tensor, outputs: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """What drives each gate (i, f, g, o) of a one-layer `lstm` call on `[T, B, I]` inputs:
+    the mean squares of the input's part `x W_ih^T`, the recurrent part `h W_hh^T`, the
+    biases and the pre-activation, per gate `[4]`, and of the input `x` itself (as `[4]`)."""
+    w_ih, w_hh, b_ih, b_hh = (t.detach() for t in lstm.all_weights[0])
+    previous = torch.cat([h0.detach(), outputs.detach()[:-1]])  # why: h before step t
+    x = inputs.detach()
+    from_input, from_state = x @ w_ih.T, previous @ w_hh.T  # [T, B, 4H]
+    bias = (b_ih + b_hh).expand_as(from_input)
+
+    def per_gate(z: torch.Tensor) -> torch.Tensor:
+        return torch.stack([g.pow(2).mean() for g in z.chunk(4, dim=-1)])
+
+    return {
+        "input_part": per_gate(from_input),
+        "state_part": per_gate(from_state),
+        "bias": per_gate(bias),
+        "pre_activation": per_gate(from_input + from_state + bias),
+        "x": x.pow(2).mean().expand(4),
+        "steps": torch.tensor(float(x.shape[0])),
+    }
+
+
 def measure(logdir: Path, steps: int, seed: int, path: Path | None = None) -> dict[str, Any]:
     """The trained and a fresh agent of `logdir`'s run on `steps` steps the trained one played."""
     state = checkpoint.load(path or logdir / "checkpoint.pt")
@@ -124,7 +162,8 @@ def measure(logdir: Path, steps: int, seed: int, path: Path | None = None) -> di
             torch.manual_seed(seed)
             agent = build_agent(spec, config.model.torso, bool(config.model.use_lstm),
                                 init=config.model.init or "seed",
-                                last_action_reward=inputs_to_core is not False)  # fmt: skip
+                                last_action_reward=inputs_to_core is not False,
+                                **config.model.agent_options())  # fmt: skip
             if weights is not None:
                 agent.load_state_dict(weights)
             return agent
@@ -169,6 +208,11 @@ def main() -> None:
         print(f"    dead units: {dead}")
         print(f"    saturated gates: {gates}")
         print(f"    gradient norms: {grads}")
+        if "gates" in part:
+            print(f"    core input rms {part['gates']['x'][0]:.3f}; per gate (i, f, g, o), rms:")
+            for key in ("input_part", "state_part", "bias", "pre_activation"):
+                row = ", ".join(f"{v:.2f}" for v in part["gates"][key])
+                print(f"      {key}: {row}")
 
 
 if __name__ == "__main__":

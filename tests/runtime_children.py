@@ -57,6 +57,21 @@ class DeadTorso(torch.nn.Module):
         return self.relu(self.linear(frames.float()) - 1000.0)
 
 
+class LoudTorso(torch.nn.Module):
+    """A vector torso whose ReLU features are 10,000 times a fresh torso's: the scale Pong's
+    deep torso grew to under Adam (600-3,400x in 250K frames: docs/notes/lstm.md, "The deep
+    LSTM's stall"), at which a plain LSTM core after it has its gates saturated at once."""
+
+    def __init__(self, frame_shape):
+        super().__init__()
+        self.output_size = 64
+        self.linear = torch.nn.Linear(frame_shape[0], 64)
+        self.relu = torch.nn.ReLU()  # a module: `gazelle.runtime.unit_health` reads it
+
+    def forward(self, frames):
+        return self.relu(self.linear(frames.float())) * 10_000.0
+
+
 class NaNAfterThree(torch.nn.Module):
     """A vector torso whose gradient turns NaN from its 4th forward with gradients on in
     this process (a learner's or an A3C worker's update; acting runs without them). Its

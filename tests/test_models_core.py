@@ -133,3 +133,92 @@ def test_core_runs_in_float32_under_autocast():
     assert out.dtype == h.dtype == c.dtype == torch.float32
     ref, _ = core(inputs.bfloat16().float(), done, state)
     torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_input_norm_is_a_layer_norm_before_the_lstm_equations(fast):
+    """With `input_norm`, each step's input is `(x - mean) / sqrt(var + eps) * w + b` over its
+    features (the layer norm's formula), then the same equations."""
+    torch.manual_seed(2)
+    core = LSTMCore(12, 16, input_norm=True)
+    assert core.input_norm is not None
+    with torch.no_grad():
+        core.input_norm.weight.uniform_(0.5, 1.5)
+        core.input_norm.bias.uniform_(-0.3, 0.3)
+    inputs, done, state = random_case(9, 5, 0.2, seed=4)
+    mean = inputs.mean(-1, keepdim=True)
+    var = inputs.var(-1, unbiased=False, keepdim=True)
+    normed = (inputs - mean) / torch.sqrt(var + core.input_norm.eps)
+    normed = normed * core.input_norm.weight + core.input_norm.bias
+    expected, (h, c) = reference_core(core, normed, done, state)
+    out, (h2, c2) = core(inputs, done, state, fast=fast)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close((h2, c2), (h, c), rtol=1e-5, atol=1e-5)
+
+
+def test_a_grown_input_saturates_the_gates_unless_it_is_normed():
+    """The deep LSTM's stall in a fast form: Pong's torso output grew ~600x under Adam
+    (docs/notes/lstm.md). Fed an input 600x its scale, the plain core's gates saturate; with
+    the input norm its outputs and gates are those of the input at its first scale."""
+    from gazelle.runtime.unit_health import saturated_gates
+
+    def share(core: LSTMCore, inputs: torch.Tensor) -> float:
+        with torch.no_grad():
+            x = core.input_norm(inputs) if core.input_norm is not None else inputs
+            h0 = torch.zeros(1, inputs.shape[1], 16)
+            out, _ = core.lstm(x, (h0, torch.zeros_like(h0)))
+            count, total = saturated_gates(core.lstm, x, h0, out)
+        return float(count) / total
+
+    torch.manual_seed(3)
+    inputs = torch.relu(torch.randn(20, 8, 12)) * 0.35  # a fresh ReLU torso's scale
+    done = torch.zeros(20, 8, dtype=torch.bool)
+    state = (torch.zeros(8, 16), torch.zeros(8, 16))
+    plain, normed = LSTMCore(12, 16), LSTMCore(12, 16, input_norm=True)
+    assert share(plain, inputs) < 0.05
+    assert share(plain, inputs * 600) > 0.5
+    assert share(normed, inputs * 600) == pytest.approx(share(normed, inputs), abs=0.01)
+    with torch.no_grad():
+        small, _ = normed(inputs, done, state)
+        grown, _ = normed(inputs * 600, done, state)
+    torch.testing.assert_close(grown, small, rtol=1e-3, atol=1e-3)
+
+
+def test_the_flag_reaches_the_agent_and_a_run_saved_before_it_has_no_norm():
+    """`--core-input-norm` builds every copy of the agent with the norm before its core (a
+    feed-forward agent has no core to norm); a saved config without the field (a run from
+    before it) is read as what that run did, no norm, whatever a newer preset says."""
+    import numpy as np
+
+    from gazelle.algorithms.runstate import saved_config
+    from gazelle.config import Config
+    from gazelle.models import build_agent
+    from gazelle.types import ObsSpec
+
+    spec = ObsSpec((4,), np.dtype(np.float32), num_actions=2)
+    config = Config.of(env="CartPole-v1", use_lstm=True, core_input_norm=True)
+    agent = build_agent(spec, "mlp", True, **config.model.agent_options())
+    assert agent.core is not None and agent.core.input_norm is not None
+    assert any(name.startswith("core.input_norm.") for name in agent.state_dict())
+    plain = build_agent(spec, "mlp", True, **Config.of(env="CartPole-v1").model.agent_options())
+    assert plain.core is not None and plain.core.input_norm is None
+    data = config.to_dict()
+    data["model"].pop("core_input_norm")
+    assert saved_config(data).model.core_input_norm is False
+    assert saved_config(config.to_dict()).model.core_input_norm is True
+
+
+def test_the_image_presets_norm_the_core_input_and_the_seeds_agents_do_not():
+    from gazelle.config import Config, resolve
+    from gazelle.envs.probe import probe
+
+    catch, cartpole = probe("gazelle/Catch-v0"), probe("CartPole-v1")
+    for algo in ("impala", "appo"):
+        config = resolve(Config.of(algo=algo, env="gazelle/Catch-v0"), catch)
+        assert config.model.use_lstm is True and config.model.core_input_norm is True
+        seed = resolve(Config.of(algo=algo, env="gazelle/Catch-v0", preset="impala-paper"), catch)
+        assert seed.model.core_input_norm is False
+        vector = resolve(Config.of(algo=algo, env="CartPole-v1", use_lstm=True), cartpole)
+        assert vector.model.core_input_norm is False  # a tanh MLP bounds the core's input
+    a3c = resolve(Config.of(algo="a3c", env="gazelle/Catch-v0"), catch)
+    assert not a3c.model.core_input_norm  # the starter agent's core

@@ -16,6 +16,8 @@ from gazelle.models import Agent
 from gazelle.runtime.learner import HEALTH_EVERY, Learner
 from gazelle.runtime.unit_health import (
     ELU_FLOOR,
+    SATURATED_SHARE,
+    SaturationWatch,
     UnitHealth,
     dead_floor,
     dead_share,
@@ -268,3 +270,50 @@ def test_dead_floor_is_the_one_rule_for_relu_and_elu_units():
     assert dead_floor(torch.nn.ELU()) == ELU_FLOOR
     assert dead_floor(torch.nn.ELU(alpha=0.5)) is None  # its floor would differ
     assert dead_floor(torch.nn.Tanh()) is None
+
+
+def test_the_saturation_watch_warns_once_at_a_saturated_median_and_again_after_recovery():
+    lines: list[str] = []
+    watch = SaturationWatch(warn=lines.append, patience=50, every=10)  # 5 measured updates
+    key = "layers/saturated_gates/core"
+    # why: shares as the measured runs logged them: a learning A3C CartPole LSTM at 0.84-0.88,
+    # then Pong's deep torso + LSTM at 0.98.
+    assert not any(watch.update({key: share}, i) for i, share in enumerate([0.84, 0.88] * 10))
+    assert not any(watch.update({"losses/total": 1.0}, i) for i in range(20))  # not measured
+    fed = [watch.update({key: 0.98}, 100 + i) for i in range(8)]
+    assert fed == [False, False, True, False, False, False, False, False]  # median crosses
+    assert len(lines) == 1 and "0.98 of the LSTM's gate units" in lines[0]
+    assert "over the last 50 updates" in lines[0] and "--core-input-norm" in lines[0]
+    for i in range(5):
+        watch.update({key: 0.1}, 200 + i)  # recovered
+    assert [watch.update({key: SATURATED_SHARE}, 300 + i) for i in range(3)] == [
+        False,
+        False,
+        True,
+    ]
+    assert len(lines) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "norm"), [("impala", False), ("impala", True), ("a3c", False)])
+def test_a_saturated_lstm_is_warned_about_unless_its_input_is_normed(
+    small_config, capsys, algo, norm
+):
+    """An LSTM after a torso whose output is 10,000x a fresh one's (Pong's deep torso grew
+    600-3,400x): the run warns that the gates are saturated; with --core-input-norm it does
+    not, and its gates are not saturated."""
+    import json
+
+    from gazelle.algorithms import train
+
+    config = small_config(algo=algo, model="runtime_children:LoudTorso", use_lstm=True,
+                          core_input_norm=norm, total_frames=5_000, log_interval_s=0.5)  # fmt: skip
+    train(config)
+    out = capsys.readouterr().out
+    assert out.count("of the LSTM's gate units have been saturated") == (0 if norm else 1)
+    rows = (config.run.folder() / "progress.jsonl").read_text().splitlines()
+    shares = [json.loads(r)[KEY] for r in rows if KEY in json.loads(r)]
+    assert shares and (max(shares) < 0.5 if norm else min(shares) > SATURATED_SHARE)
+
+
+KEY = "layers/saturated_gates/core"

@@ -42,10 +42,12 @@ def resolve_device(name: str) -> torch.device:
 def model_words(config: Config) -> str:
     """The torso as a run's first log line names it: `shallow`, or `universe activation=relu`
     where `--activation` was given (unset: the torso's own, not named), then
-    `subtract_background` where the frames' background is put at 0."""
+    `subtract_background` where the frames' background is put at 0, and `core_input_norm`
+    where the LSTM core's input is normed."""
     model = config.model
     words = model.torso + (f" activation={model.activation}" if model.activation else "")
-    return words + (" subtract_background" if model.subtract_background else "")
+    words += " subtract_background" if model.subtract_background else ""
+    return words + (" core_input_norm" if model.use_lstm and model.core_input_norm else "")
 
 
 def env_kwargs(config: Config) -> dict[str, Any]:

@@ -194,12 +194,16 @@ def _saved_schedule(state: dict[str, Any], saved: Config) -> LinearDecay | None:
 def saved_config(data: dict[str, Any]) -> Config:
     """The config a run saved (its `config.json`, or its checkpoint's), with what it left
     unset because the field came later read as what that run did: no background subtracted
-    (`--subtract-background`). Raises what `Config.from_dict` raises."""
+    (`--subtract-background`), no norm before the core (`--core-input-norm`). Raises what
+    `Config.from_dict` raises."""
     saved = Config.from_dict(data)
     if saved.model.subtract_background is None:
         # why: a saved config is resolved, so unset means saved before the flag existed;
         # a newer preset must not change the frames its weights were trained on.
         saved = saved.replace(subtract_background=False)
+    if saved.model.core_input_norm is None:
+        # why: its agent has no norm before the core; a newer preset must not add one
+        saved = saved.replace(core_input_norm=False)
     algorithm = saved.algorithm
     if getattr(algorithm, "lstm_lr_scale", 0.0) is None:
         # why: a run saved before the field stepped every layer at the one rate

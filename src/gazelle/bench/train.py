@@ -154,6 +154,7 @@ CONFIG_KEYS = (
     "env",
     "model",
     "use_lstm",
+    "core_input_norm",
     "num_actors",
     "envs_per_actor",
     "batch_size",
@@ -229,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the env family's preset (off for Atari)",
     )
+    parser.add_argument(
+        "--core-input-norm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a layer norm on the LSTM core's input (default: the preset's)",
+    )
     parser.add_argument("--num-actors", type=count, default=None, help=NUM_ACTORS_HELP)
     parser.add_argument("--envs-per-actor", type=count, default=None)
     parser.add_argument("--batch-size", type=count, default=None)
@@ -287,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # why: the algorithm's torso for images (A3C: universe), else the CPU's (shallow).
         model=args.model or registry.algorithm(args.algo).image_torso or "shallow",
         use_lstm=args.use_lstm,
+        core_input_norm=args.core_input_norm,
         num_actors=args.num_actors,
         envs_per_actor=args.envs_per_actor,
         unroll_length=args.unroll_length,

@@ -81,6 +81,15 @@ class ModelConfig:
     unit (on Pong's grey the shallow torso lost most of its units without it); frames with
     a black background are unchanged. Unset: the preset's (on for Atari with IMPALA and
     APPO)."""
+    core_input_norm: bool | None = None
+    """The LSTM core's input (torso features, last reward and action) goes through a layer
+    norm, so the gates see an input of unit scale however large the torso's output grows.
+    Without it, Pong's deep torso + LSTM (IMPALA, Adam) had 0.98 of its gates saturated
+    within 60K frames, the torso's output grew 600x by 250K and its gradient fell to ~1e-8
+    (docs/notes/lstm.md, "The deep LSTM's stall"). Unset: the preset's (on for the image
+    families with IMPALA and APPO, where ViZDoom and BabyAI also learned sooner with it;
+    off for vector tasks, whose MLP torso's tanh bounds its output, for A3C and for the
+    impala-paper preset: the seeds' agents)."""
     use_lstm: bool | None = None
     """LSTM core (256) after the torso; off gives a feed-forward agent; unset: the env
     family's preset (off for vector observations: turn it on for a task with hidden state;
@@ -132,6 +141,7 @@ class ModelConfig:
             "initial_log_std": float(self.initial_log_std),
             "normalize_obs": bool(self.normalize_obs),
             "separate_value": bool(self.separate_value),
+            "core_input_norm": bool(self.core_input_norm),
         }
 
 
@@ -176,7 +186,7 @@ class ActorConfig:
     to the server in flight: one group steps its envs while the others wait for their
     actions (as Sample Factory's double-buffered sampling); 1: the actor waits for every
     round trip with its envs idle. Unset: 1 with local inference (no round trip to hide),
-    DEFAULT_CENTRAL_GROUPS with central (docs/performance.md, "Env groups")."""
+    2 with central (`DEFAULT_CENTRAL_GROUPS`; docs/performance.md, "Env groups")."""
     slots_per_env: int | None = None
     """Unroll slots per env (local: in shared memory; ray: unroll calls in flight): more
     buffering, more policy lag. None: 1 where the actors' envs hold a batch plus one

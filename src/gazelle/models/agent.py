@@ -91,6 +91,7 @@ class Agent(nn.Module):
             every field (with the same inputs: the clipped reward and the last action),
             instead of sharing the policy's (PPO's continuous-control agent); feed-forward
             agents only (`use_lstm=False`).
+        core_input_norm: the LSTM core's input goes through a layer norm (`LSTMCore`).
 
     Inputs of `step` (`[B, ...]`) and `unroll` (`[T, B, ...]`, same names with a time dim):
         obs: one tensor per field of `obs_spec`: images uint8 `[B, C, H, W]`, vectors
@@ -120,6 +121,7 @@ class Agent(nn.Module):
         initial_log_std: float = 0.0,
         normalize_obs: bool = False,
         separate_value: bool = False,
+        core_input_norm: bool = False,
     ):
         super().__init__()
         if log_std not in LOG_STD_KINDS:
@@ -177,7 +179,7 @@ class Agent(nn.Module):
         sizes: list[Any] = [self._encoder(name).output_size for name in names]
         core_input = sum(int(size) for size in sizes)
         core_input += 1 + self.actions.encoding_size if last_action_reward else 0
-        self.core = LSTMCore(core_input, core_size) if use_lstm else None
+        self.core = LSTMCore(core_input, core_size, core_input_norm) if use_lstm else None
         head_input = core_size if use_lstm else core_input
         gaussian = sum(c.size for c in self.actions.components if c.kind == GAUSSIAN)
         #: The learned, state-independent log-stds of the Gaussian dimensions, or None.
@@ -447,6 +449,7 @@ def build_agent(
     initial_log_std: float = 0.0,
     normalize_obs: bool = False,
     separate_value: bool = False,
+    core_input_norm: bool = False,
 ) -> Agent:
     """The one agent factory of gazelle: learner, actors, inference server, test mode and
     benchmarks all build their agent here, so that they agree on every size. `num_levels`
@@ -455,7 +458,8 @@ def build_agent(
                  last_action_reward=last_action_reward, num_levels=num_levels,
                  activation=activation, subtract_background=subtract_background,
                  log_std=log_std, initial_log_std=initial_log_std,
-                 normalize_obs=normalize_obs, separate_value=separate_value)  # fmt: skip
+                 normalize_obs=normalize_obs, separate_value=separate_value,
+                 core_input_norm=core_input_norm)  # fmt: skip
 
 
 def state_size(use_lstm: bool) -> int:

@@ -29,8 +29,13 @@ class LSTMCore(nn.Module):
     across unrolls and stored per env, and the core is a small part of the compute.
     """
 
-    def __init__(self, input_size: int, hidden_size: int = 256):
+    def __init__(self, input_size: int, hidden_size: int = 256, input_norm: bool = False):
         super().__init__()
+        #: With `input_norm`, each step's input goes through a layer norm first: the gates
+        #: then see an input of unit scale whatever the torso's output grew to (an
+        #: unbounded ReLU torso's output grew ~600x on Pong, every gate saturated and no
+        #: gradient reached the torso: docs/notes/lstm.md, "The deep LSTM's stall").
+        self.input_norm = nn.LayerNorm(input_size) if input_norm else None
         self.lstm = nn.LSTM(input_size, hidden_size)
         self.hidden_size = hidden_size
 
@@ -84,6 +89,8 @@ class LSTMCore(nn.Module):
         """
         with torch.autocast(inputs.device.type, enabled=False):
             inputs = inputs.float()
+            if self.input_norm is not None:
+                inputs = self.input_norm(inputs)
             num_steps = inputs.shape[0]
             if fast and num_steps > 1:
                 # why: a stretch starts at 0 and at every step where some element is done;

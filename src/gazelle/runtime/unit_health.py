@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -133,3 +135,61 @@ class UnitHealth:
         self._dead.clear()
         self._saturated.clear()
         return out
+
+
+#: A core whose median share of saturated gates is at least this is warned about
+#: (`SaturationWatch`). Measured (`layers/saturated_gates/core`, progress rows): learning
+#: runs 0.00-0.29 at the median (BabyAI, ViZDoom HealthGathering, CartPole; 0.75-0.88 for
+#: A3C's vector LSTM, which solves CartPole at 0.75 and 0.84); stalled ones 0.98-0.99 (Pong's
+#: deep torso + LSTM, no gradient reaching the torso; DefendCenter at APPO's 3e-3, 2.5 of
+#: the best member's 15.8).
+SATURATED_SHARE = 0.95
+
+
+class SaturationWatch:
+    """Warns once when the median of a group's saturated-gate share over its last
+    `patience` updates is at least `threshold`: an LSTM that passes almost no gradient
+    through its gates, so neither it nor the torso below it can learn again.
+
+    Fed every update's metrics; only those with `layers/saturated_gates/<group>` (measured
+    on one update in ten, or `every`) count. `warn` receives one line; it is called again
+    only after the median falls below the threshold and rises anew.
+    """
+
+    def __init__(
+        self,
+        group: str = "core",
+        threshold: float = SATURATED_SHARE,
+        patience: int = 100,
+        warn: Callable[[str], None] = print,
+        every: int = 10,
+    ) -> None:
+        self.key, self.threshold, self.warn = f"layers/saturated_gates/{group}", threshold, warn
+        self._window: deque[float] = deque(maxlen=max(1, math.ceil(patience / every)))
+        self._span = self._window.maxlen * every if self._window.maxlen else every
+        self._warned = False
+
+    def update(self, metrics: dict[str, Any], updates: int) -> bool:
+        """Feed one update's metrics; returns True when it warned now."""
+        value = metrics.get(self.key)
+        if value is None:
+            return False
+        self._window.append(float(value))
+        if len(self._window) < (self._window.maxlen or 1):
+            return False
+        median = statistics.median(self._window)
+        if median < self.threshold:
+            self._warned = False
+            return False
+        if self._warned:
+            return False
+        self._warned = True
+        self.warn(
+            f"gazelle: warning: {median:.2f} of the LSTM's gate units have been saturated "
+            f"(median over the last {self._span} updates, at update {updates}): its gates "
+            "pass almost no gradient, so neither the core nor the torso below it learns. "
+            "Usual cause: the core's input grew (an unbounded torso's output; see "
+            "benchmarks/unit_health.py on the checkpoint); --core-input-norm keeps it at unit "
+            'scale (docs/notes/lstm.md, "The deep LSTM\'s stall"), or lower --learning-rate'
+        )
+        return True

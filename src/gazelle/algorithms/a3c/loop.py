@@ -135,7 +135,7 @@ def train(
     telemetry = Telemetry(logger, timings, found.levels, found.action_repeats)
     telemetry.episodes = episodes
     run = _Run(config, agent, server, fleet, logger, telemetry, timings, found.levels, schedule)
-    watch = UpdateWatch(config, schedule)
+    watch = UpdateWatch(config, schedule, found.obs_spec.actions)
     interrupted, reached_at = False, None
     fleet.start()
     try:
@@ -265,8 +265,9 @@ def _loop(
         watch.consume([e for e in events if e.get("type") == "update"], run.frames, run.steps)
         run.telemetry.consume([e for e in events if e.get("type") != "update"], run.frames)
         if now - last_log >= config.run.log_interval_s:
-            log_progress(run.logger, run.frames, run.steps, watch.take(), run.telemetry,
-                         run.timings, run.fps(), on_progress)  # fmt: skip
+            row = log_progress(run.logger, run.frames, run.steps, watch.take(), run.telemetry,
+                               run.timings, run.fps(), on_progress)  # fmt: skip
+            watch.dead.update(run.frames, row.get("policy/entropy"), run.logger.recent_return())
             last_log = now
         if now - last_ckpt >= config.run.checkpoint_interval_s:
             run.save()

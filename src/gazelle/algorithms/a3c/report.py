@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from gazelle.actions import ActionSpec
 from gazelle.algorithms.a3c.worker import MEASURE_EVERY
 from gazelle.algorithms.common import model_words
 from gazelle.algorithms.stops import NonFiniteCount
@@ -16,21 +17,30 @@ from gazelle.algorithms.telemetry import Telemetry
 from gazelle.config import Config
 from gazelle.logging import RunLogger, Timings
 from gazelle.runtime.layer_stats import StallWatch
+from gazelle.runtime.policy_health import DeadPolicyWatch, max_entropy
 from gazelle.runtime.schedule import LinearDecay
+from gazelle.runtime.unit_health import SaturationWatch
 
 
 class UpdateWatch:
     """Watches the workers' "update" events as IMPALA's loop watches its learner steps:
     `--max-nonfinite-updates` pushes skipped in a row stop the run (`NonFiniteError`), and a
-    torso whose updates stay below the stall ratio is warned about (`StallWatch`).
+    torso whose updates stay below the stall ratio is warned about (`StallWatch`), and so
+    is an LSTM whose gates stay saturated (`SaturationWatch`) and a policy gone deterministic
+    before it learned (`DeadPolicyWatch`, fed per progress row).
 
     Events come per worker; "in a row" counts them in the order the loop receives them.
     """
 
-    def __init__(self, config: Config, schedule: LinearDecay | None) -> None:
+    def __init__(
+        self, config: Config, schedule: LinearDecay | None, actions: ActionSpec | None = None
+    ) -> None:
         self.nonfinite = NonFiniteCount(config.run.max_nonfinite_updates)
         # why: a worker measures one update in MEASURE_EVERY (worker.py); each stands for all.
         self.stall = StallWatch(every=MEASURE_EVERY)
+        self.saturation = SaturationWatch(every=MEASURE_EVERY)
+        #: Fed by the loop once per progress row (`DeadPolicyWatch`).
+        self.dead = DeadPolicyWatch(None if actions is None else max_entropy(actions))
         self.schedule = schedule
         self.pending: list[dict[str, Any]] = []  # since the last progress row
 
@@ -46,6 +56,7 @@ class UpdateWatch:
         for update in updates:
             self.nonfinite.record(bool(update.get("skipped")), frames)
             self.stall.update(update, steps, lr_scale=scale)
+            self.saturation.update(update, steps)
         self.pending += updates
 
     def take(self) -> list[dict[str, Any]]:
@@ -62,9 +73,9 @@ def log_progress(
     timings: Timings,
     fps: float,
     on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
+) -> dict[str, float]:
     """One progress row: the mean of the workers' update summaries since the last row (the
-    layer stats among them)."""
+    layer stats among them); returns its scalars."""
     names = sorted({k for u in updates for k in u if "/" in k})
     scalars: dict[str, float] = {
         name: float(np.mean([u[name] for u in updates if name in u])) for name in names
@@ -91,6 +102,7 @@ def log_progress(
             {"frames": frames, "fps": fps, "time": time.monotonic(), "updates": steps,
              "episode_return": logger.recent_return()}
         )  # fmt: skip
+    return scalars
 
 
 def describe(config: Config, workers: int) -> str:

@@ -48,7 +48,9 @@ from gazelle.runtime.batch_stats import BatchStats
 from gazelle.runtime.layer_stats import StallWatch
 from gazelle.runtime.learner import LossFn, Prefetcher
 from gazelle.runtime.memory_check import MemoryCheck, readable
+from gazelle.runtime.policy_health import DeadPolicyWatch, max_entropy
 from gazelle.runtime.schedule import LinearDecay
+from gazelle.runtime.unit_health import SaturationWatch
 from gazelle.tracking import open_run_logger
 
 __all__ = [
@@ -199,6 +201,9 @@ def _loop(
     frames_per_unroll = run.unroll_length * run.action_repeats
     ckpt_path = cfg.run.folder() / CHECKPOINT_FILE
     stall = StallWatch(warn=warn)
+    # why: the learner reports the last measured share on every update (`HEALTH_EVERY`).
+    saturation = SaturationWatch(warn=warn, every=1)
+    dead = DeadPolicyWatch(max_entropy(run.obs_spec.actions), warn=warn)
     # why: a memoryless agent on a task with hidden state learns nothing and says nothing;
     # the check says so (`gazelle.runtime.memory_check`).
     spec = getattr(run.agent, "obs_spec", run.obs_spec)  # why: without withheld fields
@@ -244,6 +249,7 @@ def _loop(
             memory_metrics.update(memory.observe(kept))
         data.add(kept)
         stall.update(metrics, state.updates, lr_scale=lr / run.learning_rate)
+        saturation.update(metrics, state.updates)
         state.metrics = {
             **metrics,
             "charts/learning_rate": lr,
@@ -260,7 +266,8 @@ def _loop(
         }
         now = time.monotonic()
         if now - last_log >= cfg.run.log_interval_s:
-            log_progress(run, state, logger, timings, telemetry, on_progress)
+            row = log_progress(run, state, logger, timings, telemetry, on_progress)
+            dead.update(state.frames, row.get("policy/entropy"), logger.recent_return())
             data.reset()
             last_log = now
         if now - last_ckpt >= cfg.run.checkpoint_interval_s:

@@ -113,6 +113,17 @@ IMPALA_PRESETS["gazelle"]["vizdoom"].update(
     epsilon=1e-8, entropy_cost=0.01, total_frames=20_000_000, use_lstm=True, popart=True,
     reward_clipping="none",
 )  # fmt: skip
+#: Image families with the LSTM: a layer norm on the core's input (`--core-input-norm`). An
+#: unbounded ReLU torso's output grows under Adam, and a plain LSTM turns a grown input
+#: into saturated gates that pass no gradient back: Pong's deep torso + LSTM (B=32) grew
+#: its output 600-3,400x in 250K frames, 98-100% of the gates saturated and the torso's
+#: gradient fell to ~1e-8 (the GPU check's stall); with the norm 1-4% and a live gradient.
+#: It also learned sooner where the LSTM is the default: ViZDoom HealthGathering (APPO)
+#: reached 1,500 at 371K and 379K frames against 551K and 561K, BabyAI 0.8 at 261K and
+#: 306K against neither seed by 700K (docs/notes/lstm.md, "The deep LSTM's stall"; results
+#: R11-R14). Vector tasks keep the seed's core: the MLP torso's tanh bounds its output.
+for _family in ("atari", "dmlab", "image", "vizdoom"):
+    IMPALA_PRESETS["gazelle"][_family].update(core_input_norm=True)
 for _families in IMPALA_PRESETS.values():
     for _values in _families.values():
         _values.setdefault("vtrace_lambda", 1.0)  # the seed's V-trace
@@ -122,3 +133,4 @@ for _families in IMPALA_PRESETS.values():
         _values.setdefault("init", "seed")  # the seed's Sonnet initialisation
         _values.setdefault("subtract_background", False)  # the seed's frames / 255
         _values.setdefault("lstm_lr_scale", 1.0)  # the seed's: one rate for every layer
+        _values.setdefault("core_input_norm", False)  # the seed's core

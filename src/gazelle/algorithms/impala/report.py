@@ -44,7 +44,8 @@ def log_progress(
     timings: Timings,
     telemetry: Telemetry,
     on_progress: Callable[[dict[str, Any]], None] | None,
-) -> None:
+) -> dict[str, float]:
+    """Writes one progress row (TensorBoard, progress.jsonl, console); returns its scalars."""
     fps = state.fps()
     scalars = {**{k: float(v) for k, v in state.metrics.items()}, "charts/fps": fps}
     scalars.update(timings.means())
@@ -68,6 +69,7 @@ def log_progress(
                 **{k: v for k, v in scalars.items() if k.startswith(("timing/", "ray/"))},
             }
         )
+    return scalars
 
 
 def console_extras(state: Any, telemetry: Telemetry) -> dict[str, Any]:
