@@ -101,11 +101,16 @@ def test_the_flag_reaches_every_agent_comes_from_the_preset_and_is_checked(tmp_p
 
     catch = probe("gazelle/Catch-v0")
     assert resolve(Config.of(env="gazelle/Catch-v0"), catch).model.subtract_background is False
+    # why: APPO's image preset norms its LSTM core's input, which the line names after.
+    words = {
+        "appo": "shallow subtract_background core_input_norm",
+        "a3c": "universe subtract_background",
+    }
     for algo, specs_of in (("appo", actor_specs), ("a3c", worker_specs)):
         config, found, _ = prepare(
             Config.of(algo=algo, env="gazelle/Catch-v0", num_actors=2, subtract_background=True)
         )
-        assert "subtract_background" in model_words(config).split()
+        assert model_words(config) == words[algo]
         specs = specs_of(config, found)
         assert [spec.agent_options["subtract_background"] for spec in specs] == [True, True]
         for agent in (actor_agent(specs[1]), a3c_agent(config, found.obs_spec)):

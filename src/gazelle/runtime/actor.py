@@ -84,11 +84,6 @@ class Actor:
         self.steps = 0
 
     @property
-    def policy(self) -> Policy:
-        """The first group's policy (the only one with one group)."""
-        return self.groups[0].policy
-
-    @property
     def version(self) -> int:
         """The oldest weights' version that acted in the last unroll, over the groups."""
         return min(group.policy.version for group in self.groups)
@@ -122,8 +117,7 @@ class Actor:
             for group, slots in groups:
                 self.beat()
                 t0 = clock()
-                out = group.policy.receive()
-                group.in_flight = False
+                out = group.receive()
                 t1 = clock()
                 step = group.envs.step(out.action.numpy())
                 inference_s, env_s = inference_s + t1 - t0, env_s + clock() - t1

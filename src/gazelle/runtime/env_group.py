@@ -12,7 +12,7 @@ import torch
 
 from gazelle.runtime.actor_spec import ActorSpec
 from gazelle.runtime.policy import Policy
-from gazelle.types import TEXT, ObsSpec
+from gazelle.types import TEXT, AgentOutput, ObsSpec
 
 
 def make_env_batch(spec: ActorSpec, lo: int = 0, hi: int | None = None) -> Any:
@@ -82,6 +82,11 @@ class EnvGroup:
         done = last["terminated"] | last["truncated"]
         self.policy.submit(self.obs, last["action"], last["reward"], done)
         self.in_flight = True
+
+    def receive(self) -> AgentOutput:
+        """The outputs of the step sent last, `[hi - lo, ...]`."""
+        self.in_flight = False
+        return self.policy.receive()
 
     def truncation_values(self, step: Any, out: Any, reward: torch.Tensor) -> torch.Tensor:
         """V(last obs) of episodes cut by a time limit (0 elsewhere): the loss bootstraps it."""

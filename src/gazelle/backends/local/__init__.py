@@ -46,10 +46,9 @@ def build(request: BackendRequest) -> Transport:
         )
         return Transport(buffers, params, fleet)
     # why: a request slot per env group (`group_slot`), each as large as the largest group.
-    groups = first.env_groups
     channels = InferenceChannels(
         first.obs_spec,
-        len(request.actors) * groups,
+        len(request.actors) * first.env_groups,
         max(hi - lo for lo, hi in first.group_bounds()),
         state_size(first.use_lstm),
         ctx,
