@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gazelle.algorithms.appo.loss import AppoSettings, appo_loss
-from gazelle.algorithms.impala.build import loss_settings, with_popart
+from gazelle.algorithms.impala.learning import loss_settings, with_popart
 from gazelle.algorithms.impala.loop import train as impala_train
 from gazelle.config import Config
 from gazelle.runtime.learner import LossFn
