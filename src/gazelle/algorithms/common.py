@@ -78,6 +78,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["preset"] = "raw"  # why: every family's make takes it: the generic adapter
     if env.image_layout != "auto":
         kwargs["image_layout"] = env.image_layout
+    if env.obs_flicker:
+        kwargs["obs_flicker"] = env.obs_flicker
     return kwargs
 
 

@@ -61,6 +61,11 @@ class EnvConfig:
     """How the generic adapter reads image observations (Gymnasium ids, --raw-obs): auto
     (from the shape: the channel axis is the short one, first or last; a one-line warning
     where that is ambiguous, e.g. 8x8x8, and the guess is HWC), hwc or chw (every image)."""
+    obs_flicker: float = 0.0
+    """The chance that each observation is blanked (every numeric field at 0; the reward,
+    the episode's end and an instruction kept), in training and in `gazelle test`: any env
+    made partially observed, to test whether an agent uses its memory (Hausknecht & Stone
+    2015's flickering Atari used 0.5); 0: off."""
 
 
 @dataclass(frozen=True)

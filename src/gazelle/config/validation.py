@@ -143,6 +143,9 @@ def validate(config: Config) -> Config:
         raise ConfigError("device", dev, "auto | cpu | cuda | cuda:N | mps")
     check.choice("atari_frames", ("deepmind", "universe"), allow_none=True)
     check.choice("image_layout", IMAGE_LAYOUT_CHOICES)
+    flicker = config.env.obs_flicker
+    if isinstance(flicker, bool) or not isinstance(flicker, (int, float)) or not 0 <= flicker < 1:
+        raise ConfigError("obs_flicker", flicker, "a probability in [0, 1) (0: off)")
     check.choice("doom_actions", ("single", "combos", "registered"), allow_none=True)
     if config.env.raw_obs and config.env.atari_frames is not None:
         raise ConfigError(

@@ -31,6 +31,7 @@ import gymnasium
 from gazelle.envs import diagnostic, vizdoom
 from gazelle.envs.adapter import GymAdapter
 from gazelle.envs.dmlab30 import TEST_LEVELS, TRAIN_LEVELS
+from gazelle.envs.flicker import Flicker
 from gazelle.envs.spaces import obs_spec_of
 from gazelle.types import ObsSpec
 
@@ -187,7 +188,9 @@ def make(
             `doom_actions`, `buttons`, `delta_bins` (`gazelle.envs.vizdoom.make_doom`); DMLab
             `width`, `height`, `dataset_path`, `level_cache_dir`, ...; otherwise the
             Gymnasium id's own keyword arguments; for an env read by the generic adapter,
-            `image_layout` (auto | hwc | chw: `gazelle.envs.observations`).
+            `image_layout` (auto | hwc | chw: `gazelle.envs.observations`); in every family,
+            `obs_flicker` (a probability: each observation blanked with it,
+            `gazelle.envs.flicker`; 0: off).
     """
     return make_resolved(
         resolve(spec),
@@ -216,6 +219,34 @@ def make_resolved(
 ) -> gymnasium.Env:
     """`make(spec)` for a spec already resolved to `target` (not resolved again: its ids are
     registered, cheaply after the first time, as `resolve` found them)."""
+    flicker = kwargs.pop("obs_flicker", 0.0)
+    env = _make_family(
+        target,
+        spec,
+        seed=seed,
+        num_action_repeats=num_action_repeats,
+        sticky_actions=sticky_actions,
+        life_loss=life_loss,
+        test_mode=test_mode,
+        render_mode=render_mode,
+        **kwargs,
+    )
+    return Flicker(env, flicker, seed) if flicker else env
+
+
+def _make_family(
+    target: Resolved,
+    spec: str,
+    *,
+    seed: int | None,
+    num_action_repeats: int | None,
+    sticky_actions: bool | None,
+    life_loss: bool | None,
+    test_mode: bool,
+    render_mode: str | None,
+    **kwargs: Any,
+) -> gymnasium.Env:
+    """The env of `make_resolved`, in its family's form, before any wrapper of all families."""
     if target.kind != "dmlab":
         # why: in a process that never resolved the spec (an actor's), Gymnasium's registry
         # lacks the ids that `resolve` registers or imports.
