@@ -210,40 +210,25 @@ def make_resolved(
     spec: str,
     *,
     seed: int | None = None,
-    num_action_repeats: int | None = None,
-    sticky_actions: bool | None = None,
-    life_loss: bool | None = None,
-    test_mode: bool = False,
-    render_mode: str | None = None,
+    obs_flicker: float = 0.0,
     **kwargs: Any,
 ) -> gymnasium.Env:
     """`make(spec)` for a spec already resolved to `target` (not resolved again: its ids are
     registered, cheaply after the first time, as `resolve` found them)."""
-    flicker = kwargs.pop("obs_flicker", 0.0)
-    env = _make_family(
-        target,
-        spec,
-        seed=seed,
-        num_action_repeats=num_action_repeats,
-        sticky_actions=sticky_actions,
-        life_loss=life_loss,
-        test_mode=test_mode,
-        render_mode=render_mode,
-        **kwargs,
-    )
-    return Flicker(env, flicker, seed) if flicker else env
+    env = _make_family(target, spec, seed=seed, **kwargs)
+    return Flicker(env, obs_flicker, seed) if obs_flicker else env
 
 
 def _make_family(
     target: Resolved,
     spec: str,
     *,
-    seed: int | None,
-    num_action_repeats: int | None,
-    sticky_actions: bool | None,
-    life_loss: bool | None,
-    test_mode: bool,
-    render_mode: str | None,
+    seed: int | None = None,
+    num_action_repeats: int | None = None,
+    sticky_actions: bool | None = None,
+    life_loss: bool | None = None,
+    test_mode: bool = False,
+    render_mode: str | None = None,
     **kwargs: Any,
 ) -> gymnasium.Env:
     """The env of `make_resolved`, in its family's form, before any wrapper of all families."""
