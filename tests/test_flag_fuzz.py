@@ -33,6 +33,8 @@ TRAIN_ACCEPTED = {
     "--gae-lambda": {"0"},
     # a log standard deviation: any finite number (e^-1, e^0)
     "--initial-log-std": {"-1", "0"},
+    # a probability in [0, 1): 0 is the documented "off"
+    "--obs-flicker": {"0"},
     # a name: any text but empty
     "--wandb-project": {"nan", "inf", "1e400", "-1", "0", UNWRITABLE},
     # a directory: made where it is missing (here under the test's cwd), not where it
